@@ -1,0 +1,38 @@
+"""rl_post: JAX-native RL post-training on verifiable rewards."""
+
+import setuptools
+
+# jax and flax are pinned as the pair the test suite runs against.
+INSTALL_REQUIRES = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax>=0.2.4",
+    "orbax-checkpoint>=0.11",
+    "tensorflow-datasets>=4.9",
+    "importlib_resources",
+    "sentencepiece>=0.2",
+    "chex>=0.1.89",
+    "ml-collections>=1.0",
+    "absl-py>=2.1",
+    "numpy>=1.26",
+    "tensorboardX>=2.6",
+    "matplotlib>=3.8",
+]
+
+EXTRAS_REQUIRE = {
+    "test": [
+        "pytest>=8",
+        "pytest-xdist>=3.5",
+    ],
+}
+
+setuptools.setup(
+    name="rl_post",
+    version="0.1.0",
+    description="JAX-native post-training of language models with RL on verifiable rewards",
+    packages=setuptools.find_packages(include=["rl_post", "rl_post.*"]),
+    python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+)
