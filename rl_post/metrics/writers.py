@@ -180,7 +180,9 @@ class MetricWriter:
       else:
         record[key] = None
         self.nonfinite_counts[key] = self.nonfinite_counts.get(key, 0) + 1
+    # One write + flush per record, so a crash loses at most this line.
     self._file.write(json.dumps(record) + "\n")
+    self._file.flush()
     if self._tb is not None:
       for key, x in finite.items():
         self._tb.add_scalar(key, x, global_step=step)
