@@ -178,3 +178,49 @@ def test_corrupt_latest_step_falls_back_with_warning(tmp_path, states):
     assert any("falling back to step 1" in m for m in messages)
   assert extra == {"step": 1}
   _assert_trees_equal(restored, s1)
+
+
+_SHARDED_SCRIPT = r"""
+import sys, warnings
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from rl_post.checkpoint import CheckpointManager
+
+assert jax.device_count() == 4, jax.devices()
+mesh = jax.make_mesh((4,), ("data",))
+row = NamedSharding(mesh, P("data"))
+col = NamedSharding(mesh, P(None, "data"))
+state = {
+    "w": jax.device_put(jnp.arange(32.0).reshape(8, 4), row),
+    "keys": jax.device_put(jax.random.split(jax.random.key(3), 4), row),
+}
+with CheckpointManager(sys.argv[1]) as ckpt:
+  ckpt.save(5, state)
+abstract = {
+    "w": jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=col),
+    "keys": jax.ShapeDtypeStruct((4,), state["keys"].dtype, sharding=row),
+}
+with CheckpointManager(sys.argv[1]) as ckpt:
+  restored, _ = ckpt.restore(abstract)
+assert restored["w"].sharding == col, restored["w"].sharding
+assert restored["keys"].sharding.spec == P("data"), restored["keys"].sharding
+np.testing.assert_array_equal(np.asarray(restored["w"]), np.arange(32.0).reshape(8, 4))
+np.testing.assert_array_equal(np.asarray(jax.random.key_data(restored["keys"])),
+                              np.asarray(jax.random.key_data(state["keys"])))
+print("OK")
+"""
+
+
+def test_restore_reshards_onto_abstract_sharding(tmp_path):
+  """Saved row-sharded on 4 fake devices, restored column-sharded."""
+  import subprocess
+  import sys
+  env = {**os.environ,
+         "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+         "JAX_PLATFORMS": "cpu",
+         "PYTHONPATH": os.pathsep.join(
+             [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+              os.environ.get("PYTHONPATH", "")])}
+  proc = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT, str(tmp_path)],
+                        env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr[-3000:]
