@@ -109,20 +109,22 @@ def test_reopen_without_truncation_appends(tmp_path):
   assert [r["step"] for r in writers.read_metrics(tmp_path)] == [0, 1]
 
 
-def _read_tb_scalars(path):
+def _read_tb_events(path):
   """Parses a TFRecord event file: [len u64][crc u32][data][crc u32]."""
   from tensorboardX.proto import event_pb2
-  scalars = {}
   with open(path, "rb") as f:
     data = f.read()
-  pos = 0
+  events, pos = [], 0
   while pos < len(data):
     (length,) = struct.unpack("<Q", data[pos:pos + 8])
-    event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+    events.append(event_pb2.Event.FromString(data[pos + 12:pos + 12 + length]))
     pos += 12 + length + 4
-    for v in event.summary.value:
-      scalars[(v.tag, event.step)] = v.simple_value
-  return scalars
+  return events
+
+
+def _read_tb_scalars(path):
+  return {(v.tag, e.step): v.simple_value
+          for e in _read_tb_events(path) for v in e.summary.value}
 
 
 def test_tensorboard_event_file_has_scalars(tmp_path):
@@ -187,3 +189,12 @@ def test_percentiles_values_and_keys():
 def test_percentiles_bad_inputs(values, qs, match):
   with pytest.raises(ValueError, match=match):
     timing.percentiles(values, qs)
+
+
+def test_resume_purges_replayed_steps_in_tensorboard(tmp_path):
+  with writers.MetricWriter(tmp_path, truncate_after_step=7) as w:
+    w.write(8, {"a": 1.0})
+  (path,) = glob.glob(os.path.join(tmp_path, "tb", "events.out.tfevents.*"))
+  starts = [e.step for e in _read_tb_events(path)
+            if e.HasField("session_log") and e.session_log.status == 1]
+  assert starts == [8]  # SessionLog.START at 8: TensorBoard drops old >= 8.

@@ -120,7 +120,8 @@ class MetricWriter:
       tensorboard: also write TensorBoard scalars to `workdir/tb/`.
       truncate_after_step: on resume from the checkpoint at this step, drop
         existing lines with a larger step, so replayed steps are not
-        duplicated. None keeps every existing line.
+        duplicated (TensorBoard gets the matching purge_step). None keeps
+        every existing line.
     """
     self.workdir = os.fspath(workdir)
     if truncate_after_step is not None:
@@ -134,7 +135,11 @@ class MetricWriter:
     self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter  # Only needed when enabled.
-      self._tb = SummaryWriter(logdir=os.path.join(self.workdir, TB_DIRNAME))
+      # purge_step makes TensorBoard hide the old run's events at replayed
+      # steps (> truncate_after_step), mirroring the JSONL truncation.
+      purge_step = None if truncate_after_step is None else truncate_after_step + 1
+      self._tb = SummaryWriter(logdir=os.path.join(self.workdir, TB_DIRNAME),
+                               purge_step=purge_step)
 
   def _repair(self, truncate_after_step: int | None) -> None:
     """Drops a truncated last line and, on resume, lines after the step."""
