@@ -58,6 +58,8 @@ def train_sentencepiece(lines: Iterable[str], model_prefix: str, *, vocab_size: 
                         model_type: str = "bpe") -> str:
   """Trains a SentencePiece model on `lines`; returns the .model path.
 
+  `vocab_size` is an upper bound: a small corpus yields fewer pieces.
+
   Newlines inside a line are kept (the trainer reads our iterator, not a
   file), and `max_sentence_length` is raised so long lines are not dropped.
   """
@@ -78,7 +80,7 @@ def train_sentencepiece(lines: Iterable[str], model_prefix: str, *, vocab_size: 
       remove_extra_whitespaces=False, allow_whitespace_only_pieces=True,
       split_by_whitespace=True, max_sentence_length=1 << 20,
       pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-      num_threads=2, minloglevel=2)
+      hard_vocab_limit=False, num_threads=2, minloglevel=2)
   path = model_prefix + ".model"
   with open(path, "wb") as f:
     f.write(model.getvalue())

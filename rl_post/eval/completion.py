@@ -17,9 +17,12 @@ from rl_post.tasks.base import Task
 
 
 def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling: SamplingConfig,
-             max_prompt_len: int, batch_size: int, rng, batch_sharding=None,
+             max_prompt_len: int, batch_size: int, rng, shard=None,
              num_samples: int = 1, domain_options=None) -> dict:
   """Generates `num_samples` responses per task and verifies them.
+
+  `shard`, if given, places a tree of host batch arrays on the mesh
+  (e.g. `functools.partial(sharding.shard_batch, mesh=..., rules=...)`).
 
   Returns:
     dict with "correct" [n] bool (first sample), "num_correct" [n] int
@@ -41,8 +44,8 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
       pad = batch_size - len(chunk)  # fixed shapes: one compilation
       prompts = np.pad(prompts, ((0, pad), (0, 0)), constant_values=tokenizer.pad_id)
       lens = np.pad(lens, (0, pad), constant_values=1)
-      if batch_sharding is not None:
-        prompts, lens = jax.device_put((prompts, lens), batch_sharding)
+      if shard is not None:
+        prompts, lens = shard((prompts, lens))
       key = jax.random.fold_in(jax.random.fold_in(rng, sample), start)
       rollout = jax.device_get(generate(params, prompts, lens, key, model_config=model_config,
                                         config=sampling, eos_id=tokenizer.eos_id,

@@ -89,3 +89,8 @@ def batch_sharding(mesh, rules, ndim: int) -> NamedSharding:
 
 def replicated(mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
+
+
+def shard_batch(tree, mesh, rules):
+  """device_put every [batch, ...] array of `tree` split along its batch axis."""
+  return jax.tree.map(lambda x: jax.device_put(x, batch_sharding(mesh, rules, x.ndim)), tree)

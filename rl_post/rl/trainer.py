@@ -105,8 +105,8 @@ class _Components:
                                   self.state_shardings, self.batch_sharding)
     self.ref_fn = jax.jit(make_ref_logprobs(ctx.model_config, rl))
 
-  def prompt_sharding(self, ndim):
-    return sharding.batch_sharding(self.ctx.mesh, self.ctx.rules, ndim)
+  def shard(self, tree):
+    return sharding.shard_batch(tree, self.ctx.mesh, self.ctx.rules)
 
 
 def _evaluate_heldout(c: _Components, params, step: int) -> dict:
@@ -116,7 +116,7 @@ def _evaluate_heldout(c: _Components, params, step: int) -> dict:
                     sampling=c.eval_sampling, max_prompt_len=c.rl.max_prompt_len,
                     batch_size=c.rl.rollouts_per_step, rng=jax.random.fold_in(
                         c.ctx.key("eval"), step),
-                    batch_sharding=c.prompt_sharding(2), domain_options=c.tasks.domain_options)
+                    shard=c.shard, domain_options=c.tasks.domain_options)
   return eval_metrics(result)
 
 
@@ -162,7 +162,7 @@ def train(config, workdir: str) -> dict:
         tasks = c.mixture.sample(it, rl.batch_size)
         tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
         prompts, lens = batching.encode_prompts(tok, tasks_N, rl.max_prompt_len)
-        prompts, lens = jax.device_put((prompts, lens), c.prompt_sharding(2))
+        prompts, lens = c.shard((prompts, lens))
         rollout = generate(state.params, prompts, lens, jax.random.fold_in(ctx.key("rollout"), it),
                            model_config=ctx.model_config, config=c.sampling,
                            eos_id=tok.eos_id, pad_id=tok.pad_id)
