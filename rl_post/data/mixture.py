@@ -44,7 +44,7 @@ class TaskConfig:
     check(len(self.difficulties) > 0, "difficulties", "must not be empty", self.difficulties)
     check(self.heldout_size >= 0, "heldout_size", "must be >= 0", self.heldout_size)
     for name in self.domains:
-      if name not in registry.available():
+      if not registry.is_known(name):
         raise ValueError(f"domains has unknown domain {name!r}; "
                          f"registered: {registry.available()}")
 
@@ -57,6 +57,10 @@ class TaskMixture:
     self.domains: dict[str, Domain] = {
         name: registry.make_domain(name, config.domain_options.get(name))
         for name in config.domains}
+    for name, domain in self.domains.items():
+      if domain.name != name:
+        raise ValueError(f"domain {name!r} must set name = {name!r} (got {domain.name!r}): "
+                         "tasks are routed to verifiers by this name")
     for name, domain in self.domains.items():
       bad = [d for d in config.difficulties if d not in domain.difficulty_levels]
       if bad:

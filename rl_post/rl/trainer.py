@@ -62,6 +62,7 @@ def _rollout_metrics(tasks_N, reward_batch, rollout, rl: GRPOConfig) -> dict:
   metrics = {
       "reward/mean": rewards.mean(), "reward/std": rewards.std(),
       "reward/errors": reward_batch.errors,
+      "reward/timeout_frac": float(np.mean([v.error == "timeout" for v in reward_batch.verdicts])),
       "groups/zero_std_frac": float((groups.std(axis=1) == 0).mean()),
       "response_len/mean": rollout.response_lens_B.mean(),
       "response_len/max": rollout.response_lens_B.max(),
