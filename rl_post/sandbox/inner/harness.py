@@ -13,7 +13,6 @@ import atexit
 import builtins
 import json
 import os
-import sqlite3
 import sys
 import threading
 import traceback
@@ -100,6 +99,7 @@ def run_bash(source, flag_fd):
 
 
 def _statements(script):
+  import sqlite3  # pylint: disable=g-import-not-at-top
   pending = ""
   for piece in script.split(";"):
     pending += piece + ";"
@@ -116,6 +116,7 @@ def run_sql(source, flag_fd, db_path):
     source = source.decode("utf-8", "replace")
   code = 0
   try:
+    import sqlite3  # pylint: disable=g-import-not-at-top
     if "\x00" in source:
       raise ValueError("SQL source contains a NUL byte")
     conn = sqlite3.connect(db_path if os.path.exists(db_path) else ":memory:")

@@ -118,22 +118,23 @@ def mount_run_proc():
   mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
+class _CapHeader(ctypes.Structure):
+  _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+  _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+              ("inheritable", ctypes.c_uint32)]
+
+
 def drop_capabilities():
   """Empties the bounding, ambient, inheritable, permitted, effective sets."""
   cap = 0
   while libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
     cap += 1
   libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-
-  class Header(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-  class Data(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-
-  header = Header(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-  data = (Data * 2)()
+  header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+  data = (_CapData * 2)()
   _check(libc.capset(ctypes.byref(header), data), "capset")
 
 

@@ -9,11 +9,9 @@ R reports to the zygote on a status pipe with wire frames:
 
 import fcntl
 import os
-import shutil
 import signal
 import stat
 import struct
-import tempfile
 import traceback
 
 import harness
@@ -171,6 +169,8 @@ def _strict_run(req, stdin_fd, out_w, err_w, st_w):
 
 
 def _process_run(req, stdin_fd, out_w, err_w, st_w):
+  import shutil  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
   work_dir = tempfile.mkdtemp(prefix="run-", dir=req["process_tmp_root"])
   try:
     write_input_files(work_dir, req["files"])

@@ -144,9 +144,15 @@ class _SockFprog(ctypes.Structure):
   _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+_PROGRAM = None
+
+
 def install(libc):
   """Sets no-new-privs and installs the filter on the calling thread."""
-  program = build_filter()
+  global _PROGRAM
+  if _PROGRAM is None:
+    _PROGRAM = build_filter()
+  program = _PROGRAM
   buf = ctypes.create_string_buffer(program, len(program))
   fprog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
   if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

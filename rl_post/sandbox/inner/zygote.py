@@ -10,7 +10,6 @@ Per run it forks the runner (see runner.py) and supervises it from outside:
 wall-clock deadline, output caps while streaming, and the kill.
 """
 
-import argparse
 import gc
 import importlib
 import os
@@ -169,11 +168,29 @@ class _Run:
       sys.stderr.write(msg.get("trace", "") + "\n")
 
 
+class _Args:
+  mode = None
+  preload = ""
+
+
+def _parse_args(argv):
+  """--mode strict|process [--preload a,b] (argparse costs fork time)."""
+  args = _Args()
+  it = iter(argv)
+  for flag in it:
+    if flag == "--mode":
+      args.mode = next(it)
+    elif flag == "--preload":
+      args.preload = next(it)
+    else:
+      raise SystemExit(f"unknown flag {flag}")
+  if args.mode not in ("strict", "process"):
+    raise SystemExit("--mode must be strict or process")
+  return args
+
+
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--mode", choices=("strict", "process"), required=True)
-  parser.add_argument("--preload", default="")
-  args = parser.parse_args()
+  args = _parse_args(sys.argv[1:])
   chan_in, chan_out = os.dup(0), os.dup(1)
   devnull = os.open("/dev/null", os.O_RDWR)
   os.dup2(devnull, 0)
@@ -187,7 +204,7 @@ def main():
       failed.append(name)
   seccomp_ok = seccomp_bpf.supported()
   if seccomp_ok:
-    seccomp_bpf.build_filter()
+    seccomp_bpf._PROGRAM = seccomp_bpf.build_filter()  # pylint: disable=protected-access
   if args.mode == "strict":
     jail.set_dumpable(False)
   gc.collect()
