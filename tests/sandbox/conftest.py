@@ -6,6 +6,7 @@ unavailable they fail loudly (never skip): CI installs bubblewrap.
 
 import os
 import time
+import types
 
 import pytest
 
@@ -68,3 +69,17 @@ def assert_attack_contained(pool, result, status):
   assert result.status in statuses, result
   assert_no_leftovers(pool)
   assert_healthy(pool)
+
+
+@pytest.fixture(scope="session")
+def pool_factory():
+  """make_pool(**SandboxConfig overrides) for modules that need their own."""
+  return make_pool
+
+
+@pytest.fixture(scope="session")
+def check():
+  """The host-side checks every attack test makes."""
+  return types.SimpleNamespace(
+      contained=assert_attack_contained, healthy=assert_healthy,
+      no_leftovers=assert_no_leftovers, secret=SECRET)

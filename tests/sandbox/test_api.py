@@ -10,7 +10,6 @@ import pytest
 from rl_post import sandbox as sandbox_lib
 from rl_post.sandbox import RunRequest, Sandbox, SandboxConfig
 from rl_post.sandbox import launcher
-from tests.sandbox.conftest import assert_healthy, sb  # noqa: F401  pylint: disable=unused-import
 
 
 def test_python_ok_error_and_exit_codes(sb):
@@ -135,7 +134,7 @@ def test_bad_config_names_the_field(kwargs, field):
     SandboxConfig(**kwargs)
 
 
-def test_worker_death_is_a_counted_sandbox_error_and_recycled():
+def test_worker_death_is_a_counted_sandbox_error_and_recycled(check):
   with Sandbox(SandboxConfig(num_workers=1)) as pool:
     assert pool.run("print(1)").status == "ok"
     pool._workers[0].proc.kill()  # pylint: disable=protected-access
@@ -144,7 +143,7 @@ def test_worker_death_is_a_counted_sandbox_error_and_recycled():
     stats = pool.stats()
     assert stats["status"]["sandbox_error"] == 1
     assert stats["recycles"] == 1
-    assert_healthy(pool)
+    check.healthy(pool)
 
 
 def test_recycle_after_max_runs_and_close():

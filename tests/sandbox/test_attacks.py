@@ -6,30 +6,24 @@ of the run is left, and that the pool is still healthy afterwards.
 
 import os
 import socket
-import threading
 import uuid
 
 import pytest
 
-from tests.sandbox.conftest import SECRET, assert_attack_contained
-from tests.sandbox.conftest import assert_healthy, sb  # noqa: F401  pylint: disable=unused-import
-
-pytestmark = pytest.mark.usefixtures("sb")
-
 
 # -- processes ----------------------------------------------------------------
-def test_fork_bomb(sb):
+def test_fork_bomb(sb, check):
   r = sb.run("import os\nwhile True:\n  try:\n    os.fork()\n"
              "  except OSError:\n    pass\n", timeout_s=2)
-  assert_attack_contained(sb, r, "timeout")
+  check.contained(sb, r, "timeout")
 
 
-def test_bash_fork_bomb(sb):
+def test_bash_fork_bomb(sb, check):
   r = sb.run(":(){ :|:& };:\nsleep 1\n", language="bash", timeout_s=2)
-  assert_attack_contained(sb, r, ("ok", "error", "timeout"))
+  check.contained(sb, r, ("ok", "error", "timeout"))
 
 
-def test_setsid_daemons_are_killed_and_do_not_delay(sb):
+def test_setsid_daemons_are_killed_and_do_not_delay(sb, check):
   r = sb.run(
       "import os, time\n"
       "for _ in range(3):\n"
@@ -41,10 +35,10 @@ def test_setsid_daemons_are_killed_and_do_not_delay(sb):
       "print('parent done')\n", timeout_s=5)
   assert r.stdout == "parent done\n"
   assert r.wall_s < 3.0
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_delayed_orphan_writes_are_dropped(sb):
+def test_delayed_orphan_writes_are_dropped(sb, check):
   r = sb.run(
       "import os, sys, time\n"
       "if os.fork() == 0:\n"
@@ -55,32 +49,32 @@ def test_delayed_orphan_writes_are_dropped(sb):
       "print('main', flush=True)\n", timeout_s=5)
   assert r.stdout == "main\n" and "late.txt" not in r.files
   assert r.wall_s < 0.5
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_kill_parent_and_kill_all(sb):
+def test_kill_parent_and_kill_all(sb, check):
   r = sb.run("import os, signal\n"
              "for pid in (os.getppid(), 1, -1, 0):\n"
              "  try:\n    os.kill(pid, signal.SIGKILL) if pid else None\n"
              "  except OSError as e:\n    print(pid, e.errno)\n"
              "print('alive')\n")
   assert "alive" in r.stdout
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
 # -- memory -------------------------------------------------------------------
-def test_memory_bomb_single(sb):
+def test_memory_bomb_single(sb, check):
   r = sb.run("x = bytearray(8 * 1024 ** 3)\n", memory_mb=128)
-  assert_attack_contained(sb, r, "memory")
+  check.contained(sb, r, "memory")
 
 
-def test_memory_bomb_gradual(sb):
+def test_memory_bomb_gradual(sb, check):
   r = sb.run("chunks = []\nwhile True:\n  chunks.append(b'x' * (1 << 20))\n",
              memory_mb=128, timeout_s=10)
-  assert_attack_contained(sb, r, "memory")
+  check.contained(sb, r, "memory")
 
 
-def test_memory_bomb_across_children(sb):
+def test_memory_bomb_across_children(sb, check):
   # Each child stays under the per-process limit; together they do not.
   r = sb.run(
       "import os, time\n"
@@ -94,77 +88,77 @@ def test_memory_bomb_across_children(sb):
       "  pids.append(pid)\n"
       "for pid in pids:\n  os.waitpid(pid, 0)\n",
       memory_mb=128, timeout_s=10)
-  assert_attack_contained(sb, r, "memory")
+  check.contained(sb, r, "memory")
 
 
 # -- time ---------------------------------------------------------------------
-def test_cpu_loop(sb):
+def test_cpu_loop(sb, check):
   r = sb.run("while True:\n  pass\n", timeout_s=1)
   assert r.wall_s < 3
-  assert_attack_contained(sb, r, "timeout")
+  check.contained(sb, r, "timeout")
 
 
-def test_threads(sb):
+def test_threads(sb, check):
   r = sb.run("import threading\n"
              "def spin():\n  while True:\n    pass\n"
              "ts = []\n"
              "for _ in range(200):\n"
              "  try:\n    t = threading.Thread(target=spin); t.start()\n"
              "  except RuntimeError:\n    break\n", timeout_s=1)
-  assert_attack_contained(sb, r, "timeout")
+  check.contained(sb, r, "timeout")
 
 
-def test_sleep(sb):
+def test_sleep(sb, check):
   r = sb.run("import time\ntime.sleep(100)\n", timeout_s=1)
   assert r.wall_s < 3
-  assert_attack_contained(sb, r, "timeout")
+  check.contained(sb, r, "timeout")
 
 
-def test_ignored_signals(sb):
+def test_ignored_signals(sb, check):
   r = sb.run("import signal\n"
              "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU,\n"
              "          signal.SIGHUP, signal.SIGALRM):\n"
              "  signal.signal(s, signal.SIG_IGN)\n"
              "while True:\n  pass\n", timeout_s=1)
-  assert_attack_contained(sb, r, "timeout")
+  check.contained(sb, r, "timeout")
 
 
-def test_swallowed_timeout_exceptions(sb):
+def test_swallowed_timeout_exceptions(sb, check):
   r = sb.run("import time\n"
              "while True:\n"
              "  try:\n    time.sleep(10)\n"
              "  except BaseException:\n    pass\n", timeout_s=1)
-  assert_attack_contained(sb, r, "timeout")
+  check.contained(sb, r, "timeout")
 
 
 # -- output -------------------------------------------------------------------
-def test_stdout_flood(sb):
+def test_stdout_flood(sb, check):
   r = sb.run("import sys\nwhile True:\n  sys.stdout.write('x' * 65536)\n")
   assert len(r.stdout_bytes) <= sb.config.max_output_bytes
-  assert_attack_contained(sb, r, "output_limit")
+  check.contained(sb, r, "output_limit")
 
 
-def test_stderr_flood_from_bash(sb):
+def test_stderr_flood_from_bash(sb, check):
   r = sb.run("yes flood >&2", language="bash")
   assert len(r.stderr_bytes) <= sb.config.max_output_bytes
-  assert_attack_contained(sb, r, "output_limit")
+  check.contained(sb, r, "output_limit")
 
 
-def test_binary_output(sb):
+def test_binary_output(sb, check):
   r = sb.run("import sys\nsys.stdout.buffer.write(bytes(range(256)) * 4)\n")
   assert r.stdout_bytes == bytes(range(256)) * 4
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_closed_stdio(sb):
+def test_closed_stdio(sb, check):
   r = sb.run("import os\nos.close(0)\nos.close(1)\nos.close(2)\n"
              "print('into the void')\n")
   assert r.stdout == ""
-  assert_attack_contained(sb, r, ("ok", "error"))
+  check.contained(sb, r, ("ok", "error"))
 
 
 # -- filesystem -----------------------------------------------------------------
-def test_writes_to_host_and_system_paths(sb):
+def test_writes_to_host_and_system_paths(sb, check):
   marker = f"/tmp/rl_post_sandbox_pwned_{uuid.uuid4().hex}"
   here = os.path.abspath(__file__)
   targets = [marker, "/etc/passwd", "/usr/bin/pwned", "/root/pwned",
@@ -185,30 +179,30 @@ def test_writes_to_host_and_system_paths(sb):
   assert not os.path.exists(os.path.dirname(here) + "/pwned")
   with open(here) as f:
     assert "pwned" not in f.read()[-100:]
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_state_does_not_persist_between_runs(sb):
+def test_state_does_not_persist_between_runs(sb, check):
   write = ("import json, os, builtins\n"
            "open('/work/keep', 'w').write('x')\n"
            "open('/tmp/keep', 'w').write('x')\n"
            "open('/dev/shm/keep', 'w').write('x')\n"
            "json.persisted = True\nbuiltins.persisted = True\n")
-  check = ("import json, os, builtins\n"
+  probe = ("import json, os, builtins\n"
            "print([os.path.exists(p) for p in\n"
            "       ('/work/keep', '/tmp/keep', '/dev/shm/keep')],\n"
            "      hasattr(json, 'persisted'), hasattr(builtins, 'persisted'))\n")
   n = 2 * sb.config.num_workers
   assert all(r.status == "ok" for r in sb.run_many([write] * n))
-  for r in sb.run_many([check] * n):
+  for r in sb.run_many([probe] * n):
     assert r.stdout == "[False, False, False] False False\n", r
-  assert_healthy(sb)
+  check.healthy(sb)
 
 
-def test_environment_secrets_and_host_files_are_invisible(sb):
+def test_environment_secrets_and_host_files_are_invisible(sb, check):
   host_file = f"/tmp/rl_post_sandbox_secret_{uuid.uuid4().hex}"
   with open(host_file, "w") as f:
-    f.write(SECRET)
+    f.write(check.secret)
   try:
     r = sb.run(
         "import os\n"
@@ -220,30 +214,30 @@ def test_environment_secrets_and_host_files_are_invisible(sb):
         "  except OSError as e:\n    print(path, 'denied', e.errno)\n")
   finally:
     os.remove(host_file)
-  assert SECRET not in r.stdout and "RL_POST_TEST_SECRET" not in r.stdout
+  assert check.secret not in r.stdout and "RL_POST_TEST_check.secret" not in r.stdout
   assert "/etc/shadow denied" in r.stdout
   assert f"{host_file} denied" in r.stdout
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_deep_recursion(sb):
+def test_deep_recursion(sb, check):
   r = sb.run("import sys\nsys.setrecursionlimit(10 ** 7)\n"
              "def f(n):\n  return f(n + 1) + 1\nf(0)\n", timeout_s=3)
   # 3.11 keeps Python frames off the C stack: the heap runs out (memory) or
   # the C stack does (SIGSEGV, error) or unwinding is slow (timeout).
-  assert_attack_contained(sb, r, ("error", "memory", "timeout"))
+  check.contained(sb, r, ("error", "memory", "timeout"))
 
 
-def test_fd_exhaustion(sb):
+def test_fd_exhaustion(sb, check):
   r = sb.run("fs = []\n"
              "try:\n  while True:\n    fs.append(open('/dev/null'))\n"
              "except OSError as e:\n  print(len(fs), e.errno)\n")
   opened = int(r.stdout.split()[0])
   assert opened < sb.config.max_open_files
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_huge_and_sparse_files(sb):
+def test_huge_and_sparse_files(sb, check):
   r = sb.run("import os\n"
              "for size in (10 ** 12, 10 ** 9):\n"
              "  try:\n"
@@ -257,29 +251,29 @@ def test_huge_and_sparse_files(sb):
   assert "truncated" not in r.stdout and "big stopped" in r.stdout, r.stdout
   total = sum(len(v) for v in r.files.values())
   assert total <= sb.config.max_files_out_mb << 20
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_many_files(sb):
+def test_many_files(sb, check):
   r = sb.run("n = 0\n"
              "try:\n  while n < 100000:\n"
              "    open(f'f{n}', 'w').close(); n += 1\n"
              "except OSError as e:\n  print('stopped', n, e.errno)\n")
   assert "stopped" in r.stdout
   assert len(r.files) <= sb.config.max_files_out
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_reading_stdin(sb):
+def test_reading_stdin(sb, check):
   r = sb.run("import sys\nprint(repr(sys.stdin.read()))\n")
   assert r.stdout == "''\n"
   r = sb.run("import sys\nprint(sys.stdin.read().upper())\n", stdin="abc")
   assert r.stdout == "ABC\n"
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
 # -- network ------------------------------------------------------------------
-def test_tcp_and_unix_sockets_to_host_listeners(sb, tmp_path):
+def test_tcp_and_unix_sockets_to_host_listeners(sb, tmp_path, check):
   tcp = socket.socket()
   tcp.bind(("127.0.0.1", 0))
   tcp.listen(8)
@@ -313,11 +307,11 @@ def test_tcp_and_unix_sockets_to_host_listeners(sb, tmp_path):
     for s in (tcp, unix, abstract):
       s.close()
   assert "CONNECTED" not in r.stdout and r.stdout.count("denied") == 3
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
 # -- kernel interfaces ------------------------------------------------------------
-def test_ptrace_unshare_mount_are_denied(sb):
+def test_ptrace_unshare_mount_are_denied(sb, check):
   r = sb.run(
       "import ctypes, os\n"
       "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -334,10 +328,10 @@ def test_ptrace_unshare_mount_are_denied(sb):
               "mount -t tmpfs none /tmp && echo MOUNTED; echo end",
               language="bash")
   assert "UNSHARED" not in r2.stdout and "MOUNTED" not in r2.stdout
-  assert_attack_contained(sb, r2, "ok")
+  check.contained(sb, r2, "ok")
 
 
-def test_no_capabilities_and_no_new_privs(sb):
+def test_no_capabilities_and_no_new_privs(sb, check):
   r = sb.run("for line in open('/proc/self/status'):\n"
              "  if line.startswith(('Cap', 'NoNewPrivs', 'Seccomp:', 'Uid')):\n"
              "    print(line.strip())\n")
@@ -346,22 +340,17 @@ def test_no_capabilities_and_no_new_privs(sb):
     assert int(fields[cap], 16) == 0, fields
   assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
   assert fields["Uid"].split()[0] != "0"
-  assert_attack_contained(sb, r, "ok")
+  check.contained(sb, r, "ok")
 
 
-def test_nul_in_source(sb):
+def test_nul_in_source(sb, check):
   r = sb.run("print('before')\x00print('after')\n")
   assert "after" not in r.stdout
-  assert_attack_contained(sb, r, "error")
+  check.contained(sb, r, "error")
 
 
-def test_concurrent_attacks_do_not_interfere(sb):
+def test_concurrent_attacks_do_not_interfere(sb, check):
   reqs = ["while True:\n  pass\n", "print('fine')"] * 2
   results = sb.run_many([dict(code=c, timeout_s=1) for c in reqs])
   assert [r.status for r in results] == ["timeout", "ok"] * 2
-  assert_healthy(sb)
-
-
-def test_host_threads_untouched():
-  # The pool never forks the host process: only our own threads exist.
-  assert all(t.name != "sandbox-fork" for t in threading.enumerate())
+  check.healthy(sb)

@@ -3,7 +3,6 @@
 import pytest
 
 from rl_post.sandbox import grading
-from tests.sandbox.conftest import assert_healthy, sb  # noqa: F401  pylint: disable=unused-import
 
 TESTS = """
 def check(candidate):
@@ -135,7 +134,7 @@ def test_grading_timeout_is_a_failure(sb):
   assert g.status == "timeout" and g.passed == 0
 
 
-def test_grade_stdio(sb):
+def test_grade_stdio(sb, check):
   prog = "a, b = map(int, input().split())\nprint(a + b)\n"
   cases = [("1 2\n", "3\n"), ("5 5", "10")]
   g = grading.grade_stdio(sb, prog, cases)
@@ -149,7 +148,7 @@ def test_grade_stdio(sb):
     grading.grade_stdio(sb, prog, cases, compare="fuzzy")
   with pytest.raises(ValueError, match=r"cases\[0\]"):
     grading.grade_stdio(sb, prog, [("1 2", 3)])
-  assert_healthy(sb)
+  check.healthy(sb)
 
 
 def test_bad_grading_inputs(sb):
