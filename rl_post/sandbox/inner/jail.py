@@ -64,6 +64,15 @@ def mount(source, target, fstype, flags, data=None):
                     data and data.encode()), f"mount {target}")
 
 
+PR_SET_NAME = 15
+
+
+def set_name(name):
+  """Names the task (ps, perf, /proc/pid/comm); best effort."""
+  libc.prctl(PR_SET_NAME, ctypes.cast(ctypes.c_char_p(name.encode()),
+                                      ctypes.c_void_p).value, 0, 0, 0)
+
+
 def set_dumpable(flag):
   _check(libc.prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0), "PR_SET_DUMPABLE")
 

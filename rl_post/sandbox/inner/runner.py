@@ -89,6 +89,7 @@ def _read_flag(fd):
 def candidate_main(req, stdin_fd, out_w, err_w, flag_w, work_dir, strict):
   """D: confine this process, then run the candidate. Never returns."""
   try:
+    jail.set_name("sb-candidate")
     os.setsid()
     if stdin_fd < 0:
       stdin_fd = os.open("/dev/null", os.O_RDONLY)
@@ -116,6 +117,7 @@ def candidate_main(req, stdin_fd, out_w, err_w, flag_w, work_dir, strict):
 def init_main(req, alive_r, stdin_fd, out_w, err_w, flag_w, status_w):
   """C: pid 1 of the run. Reaps everything, reports D's wait status."""
   try:
+    jail.set_name("sb-init")
     jail.die_with_parent(alive_r)
     jail.mount_run_proc()
     d = os.fork()
@@ -199,6 +201,7 @@ def _process_run(req, stdin_fd, out_w, err_w, st_w):
 def runner_main(req, stdin_fd, out_w, err_w, st_w):
   """R: never returns."""
   try:
+    jail.set_name("sb-runner")
     os.setsid()
     jail.close_fds_except([fd for fd in (0, 1, 2, stdin_fd, out_w, err_w,
                                          st_w) if fd >= 0])
