@@ -92,17 +92,23 @@ def die_with_parent(alive_fd):
   os.close(alive_fd)
 
 
+def _write_file(path, data):
+  # os-level I/O: no file objects to allocate in a freshly forked process.
+  fd = os.open(path, os.O_WRONLY)
+  try:
+    os.write(fd, data)
+  finally:
+    os.close(fd)
+
+
 def enter_run_namespaces():
   """Runner side: fresh namespaces with uid/gid 1000 mapped to ours."""
   uid, gid = os.getuid(), os.getgid()
   set_dumpable(True)  # the uid_map files of a non-dumpable task are root's
   _check(libc.unshare(RUN_NAMESPACES), "unshare")
-  with open("/proc/self/setgroups", "w") as f:
-    f.write("deny")
-  with open("/proc/self/uid_map", "w") as f:
-    f.write(f"{SANDBOX_UID} {uid} 1")
-  with open("/proc/self/gid_map", "w") as f:
-    f.write(f"{SANDBOX_GID} {gid} 1")
+  _write_file("/proc/self/setgroups", b"deny")
+  _write_file("/proc/self/uid_map", b"%d %d 1" % (SANDBOX_UID, uid))
+  _write_file("/proc/self/gid_map", b"%d %d 1" % (SANDBOX_GID, gid))
 
 
 def mount_run_filesystems(work_mb, tmp_mb):
@@ -136,11 +142,17 @@ class _CapData(ctypes.Structure):
               ("inheritable", ctypes.c_uint32)]
 
 
-def drop_capabilities():
-  """Empties the bounding, ambient, inheritable, permitted, effective sets."""
-  cap = 0
-  while libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
-    cap += 1
+def drop_capabilities(bounding=True):
+  """Empties the ambient, inheritable, permitted, effective sets.
+
+  Args:
+    bounding: also empty the bounding set (what an execve could regain).
+      The init never execs, so it skips these ~40 prctl calls.
+  """
+  if bounding:
+    cap = 0
+    while libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
+      cap += 1
   libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
   header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
   data = (_CapData * 2)()
@@ -169,8 +181,7 @@ def set_limits(limits):
 def raise_oom_score():
   """Makes the candidate the OOM killer's first choice, not the zygote."""
   try:
-    with open("/proc/self/oom_score_adj", "w") as f:
-      f.write("1000")
+    _write_file("/proc/self/oom_score_adj", b"1000")
   except OSError:
     pass
 

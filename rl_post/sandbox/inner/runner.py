@@ -127,7 +127,7 @@ def init_main(req, alive_r, stdin_fd, out_w, err_w, flag_w, status_w):
       if fd >= 0:
         os.close(fd)
     jail.set_dumpable(False)  # D shares our uid: keep it out of our memory
-    jail.drop_capabilities()
+    jail.drop_capabilities(bounding=False)
     while True:
       pid, status = os.waitpid(-1, 0)
       if pid == d:
