@@ -133,8 +133,11 @@ class Worker:
           (req["memory_mb"] + _ZYGOTE_OVERHEAD_MB) << 20,
           self.config.max_procs + _EXTRA_TASKS)
       oom_before = self.cgroup.oom_kills()
+    # Header (limits) for the zygote, payload for the per-run runner only.
+    payload = {k: req.pop(k) for k in ("code", "stdin", "files")}
     try:
-      os.write(self.proc.stdin.fileno(), wire.encode(req))
+      os.write(self.proc.stdin.fileno(),
+               wire.encode(req) + wire.encode(payload))
     except OSError as e:
       raise WorkerError(f"cannot send to worker: {e}") from None
     deadline = time.monotonic() + req["timeout_s"] + _HOST_GRACE_S

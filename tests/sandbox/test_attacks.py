@@ -10,6 +10,8 @@ import uuid
 
 import pytest
 
+from rl_post.sandbox import RunRequest
+
 
 # -- processes ----------------------------------------------------------------
 def test_fork_bomb(sb, check):
@@ -353,4 +355,38 @@ def test_concurrent_attacks_do_not_interfere(sb, check):
   reqs = ["while True:\n  pass\n", "print('fine')"] * 2
   results = sb.run_many([dict(code=c, timeout_s=1) for c in reqs])
   assert [r.status for r in results] == ["timeout", "ok"] * 2
+  check.healthy(sb)
+
+
+def test_no_data_from_earlier_runs_in_memory(sb, check):
+  # A later run forked from the same zygote scans its whole address space
+  # for an earlier run's code, stdin, files and output. The pattern is built
+  # with character classes so the scanner never holds the literal itself.
+  mark = uuid.uuid4().hex
+  writer = RunRequest(f"print('LEAKCODE{mark}', input())\n",
+                      stdin=f"LEAKSTDIN{mark}",
+                      files={"f.txt": f"LEAKFILE{mark}"})
+  pattern = "".join(f"[{c}]" for c in mark)
+  scanner = (
+      "import re\n"
+      f"pat = re.compile(rb'L[E]AK[A-Z]+{pattern}')\n"
+      "found = set()\n"
+      "mem = open('/proc/self/mem', 'rb', 0)\n"
+      "for line in open('/proc/self/maps'):\n"
+      "  addr, perms = line.split()[:2]\n"
+      "  if 'r' not in perms or '[v' in line:\n"
+      "    continue\n"
+      "  lo, hi = (int(x, 16) for x in addr.split('-'))\n"
+      "  try:\n"
+      "    mem.seek(lo)\n"
+      "    data = mem.read(hi - lo)\n"
+      "  except (OSError, ValueError, OverflowError):\n"
+      "    continue\n"
+      "  found.update(m.group()[:9] for m in pat.finditer(data))\n"
+      "print(sorted(found))\n")
+  n = 2 * sb.config.num_workers
+  for r in sb.run_many([writer] * n):
+    assert r.status == "ok" and f"LEAKCODE{mark} LEAKSTDIN{mark}" in r.stdout
+  for r in sb.run_many([dict(code=scanner, timeout_s=20)] * n):
+    assert r.status == "ok" and r.stdout == "[]\n", r
   check.healthy(sb)

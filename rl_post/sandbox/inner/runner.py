@@ -1,10 +1,10 @@
 """The forked per-run processes: runner R, init C, candidate D (stdlib only).
 
-R reports to the zygote on a status pipe with wire frames:
-  {"event": "started", "kill_pid": pid, "kill_group": bool}
-  {"event": "done", "wait_status": int | None, "flag": str, "files": {...},
-   "files_omitted": [...]}
-  {"event": "error", "message": str}     (setup failed; nothing ran)
+The zygote reads only a small header frame (limits) and forks R. R reads
+the payload frame (code, stdin, files) from the channel itself, sets the run
+up, supervises it, collects the files and writes the reply frame. So the
+candidate's code, inputs and outputs never pass through the zygote's memory,
+and no later run (forked from the zygote) can find them there.
 """
 
 import fcntl
@@ -12,11 +12,13 @@ import os
 import signal
 import stat
 import struct
+import time
 import traceback
 
 import harness
 import jail
 import seccomp_bpf
+import supervise
 import wire
 
 FLAG_FD = 3
@@ -77,15 +79,6 @@ def collect_files(root, max_files, max_total_bytes):
   return files, omitted
 
 
-def _read_flag(fd):
-  flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-  fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-  try:
-    return os.read(fd, 4096).decode("utf-8", "replace")
-  except (BlockingIOError, OSError):
-    return ""
-
-
 def candidate_main(req, stdin_fd, out_w, err_w, flag_w, work_dir, strict):
   """D: confine this process, then run the candidate. Never returns."""
   try:
@@ -114,18 +107,15 @@ def candidate_main(req, stdin_fd, out_w, err_w, flag_w, work_dir, strict):
   harness.run(req["language"], req["code"], FLAG_FD, work_dir)
 
 
-def init_main(req, alive_r, stdin_fd, out_w, err_w, flag_w, status_w):
+def init_main(alive_r, stdin_fd, out_w, err_w, flag_w, status_w, req):
   """C: pid 1 of the run. Reaps everything, reports D's wait status."""
   try:
-    jail.set_name("sb-init")
     jail.die_with_parent(alive_r)
     jail.mount_run_proc()
     d = os.fork()
     if d == 0:
       candidate_main(req, stdin_fd, out_w, err_w, flag_w, jail.WORK_DIR, True)
-    for fd in (stdin_fd, out_w, err_w, flag_w):
-      if fd >= 0:
-        os.close(fd)
+    jail.close_fds_except([2, status_w])
     jail.set_dumpable(False)  # D shares our uid: keep it out of our memory
     jail.drop_capabilities(bounding=False)
     while True:
@@ -141,7 +131,26 @@ def init_main(req, alive_r, stdin_fd, out_w, err_w, flag_w, status_w):
   os._exit(0)
 
 
-def _strict_run(req, stdin_fd, out_w, err_w, st_w):
+def _read_nonblocking(fd, n):
+  fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+  try:
+    return os.read(fd, n)
+  except OSError:
+    return b""
+
+
+def _stdin_fd(data):
+  if not data:
+    return -1
+  fd = os.memfd_create("stdin", 0)
+  view = memoryview(data)
+  while view:
+    view = view[os.write(fd, view):]
+  os.lseek(fd, 0, os.SEEK_SET)
+  return fd
+
+
+def _strict_run(req, stdin_fd, out_w, err_w, watch):
   jail.enter_run_namespaces()
   jail.mount_run_filesystems(req["work_mb"], req["tmp_mb"])
   write_input_files(jail.WORK_DIR, req["files"])
@@ -151,26 +160,21 @@ def _strict_run(req, stdin_fd, out_w, err_w, st_w):
   c = os.fork()
   if c == 0:
     os.close(alive_w)
-    init_main(req, alive_r, stdin_fd, out_w, err_w, flag_w, cst_w)
+    init_main(alive_r, stdin_fd, out_w, err_w, flag_w, cst_w, req)
   for fd in (stdin_fd, out_w, err_w, flag_w, cst_w, alive_r):
     if fd >= 0:
       os.close(fd)
-  wire.write_frame(st_w, {"event": "started", "kill_pid": c,
-                          "kill_group": False})
-  os.waitpid(c, 0)
-  fcntl.fcntl(cst_r, fcntl.F_SETFL, os.O_NONBLOCK)
-  try:
-    raw = os.read(cst_r, 4)
-  except BlockingIOError:
-    raw = b""
+  outcome = watch(c, False, 1.0)
+  os.waitpid(c, 0)  # when init is reaped, every process of the run is gone
+  raw = _read_nonblocking(cst_r, 4)
   wait_status = struct.unpack("<i", raw)[0] if len(raw) == 4 else None
-  flag = _read_flag(flag_r)
+  flag = _read_nonblocking(flag_r, 4096).decode("utf-8", "replace")
   files, omitted = collect_files(jail.WORK_DIR, req["max_files_out"],
                                  req["max_files_out_bytes"])
-  return wait_status, flag, files, omitted
+  return outcome, wait_status, flag, files, omitted
 
 
-def _process_run(req, stdin_fd, out_w, err_w, st_w):
+def _process_run(req, stdin_fd, out_w, err_w, watch):
   import shutil  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
   work_dir = tempfile.mkdtemp(prefix="run-", dir=req["process_tmp_root"])
@@ -183,42 +187,73 @@ def _process_run(req, stdin_fd, out_w, err_w, st_w):
     for fd in (stdin_fd, out_w, err_w, flag_w):
       if fd >= 0:
         os.close(fd)
-    wire.write_frame(st_w, {"event": "started", "kill_pid": d,
-                            "kill_group": True})
+    outcome = watch(d, True, 0.05)
     _, wait_status = os.waitpid(d, 0)
     try:
-      os.killpg(d, signal.SIGKILL)
+      os.killpg(d, signal.SIGKILL)  # the rest of its process group
     except OSError:
       pass
-    flag = _read_flag(flag_r)
+    flag = _read_nonblocking(flag_r, 4096).decode("utf-8", "replace")
     files, omitted = collect_files(work_dir, req["max_files_out"],
                                    req["max_files_out_bytes"])
-    return wait_status, flag, files, omitted
+    return outcome, wait_status, flag, files, omitted
   finally:
     shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def runner_main(req, stdin_fd, out_w, err_w, st_w):
-  """R: never returns."""
+def runner_main(header, chan_in, chan_out, done_w):
+  """R: reads the payload, runs it, writes the reply. Never returns.
+
+  A byte on `done_w` means the reply frame is being written in full; without
+  it the channel is in an unknown state (the zygote then exits).
+  """
+  t0 = time.monotonic()
+  jail.set_name("sb-runner")
   try:
-    jail.set_name("sb-runner")
+    payload = wire.read_frame(chan_in)
+  except BaseException:  # pylint: disable=broad-except
+    os._exit(3)
+  reply = {"event": "result"}
+  try:
+    req = dict(header, **payload)
     os.setsid()
-    jail.close_fds_except([fd for fd in (0, 1, 2, stdin_fd, out_w, err_w,
-                                         st_w) if fd >= 0])
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    stdin_fd = _stdin_fd(req["stdin"])
+    deadline = t0 + req["timeout_s"]
+
+    def watch(top, group, drain_s):
+      return supervise.watch(top, group, out_r, err_r, deadline,
+                             req["max_output_bytes"], drain_s)
+
     run = _strict_run if req["mode"] == "strict" else _process_run
-    wait_status, flag, files, omitted = run(req, stdin_fd, out_w, err_w, st_w)
-    wire.write_frame(st_w, {"event": "done", "wait_status": wait_status,
-                            "flag": flag, "files": files,
-                            "files_omitted": omitted})
+    outcome, wait_status, flag, files, omitted = run(
+        req, stdin_fd, out_w, err_w, watch)
+    reply.update(
+        stdout=bytes(outcome.out["stdout"]),
+        stderr=bytes(outcome.out["stderr"]),
+        timed_out=outcome.timed_out, output_limit=outcome.output_limit,
+        error=outcome.error, wait_status=wait_status, flag=flag,
+        files=files, files_omitted=omitted)
   except BaseException as e:  # pylint: disable=broad-except
+    reply["error"] = f"runner: {type(e).__name__}: {e}"
     try:
-      wire.write_frame(st_w, {"event": "error", "message":
-                              f"{type(e).__name__}: {e}",
-                              "trace": traceback.format_exc()[-2000:]})
+      os.write(2, traceback.format_exc().encode()[-2000:])
     except BaseException:  # pylint: disable=broad-except
       pass
+  reply["wall_s"] = time.monotonic() - t0
+  try:
+    data = wire.encode(reply)
+    # Announce first: in process mode the host sweeps the worker's cgroup
+    # (this runner included) as soon as it has read the reply.
+    os.write(done_w, b"1")
+    view = memoryview(data)
+    while view:
+      view = view[os.write(chan_out, view):]
+  except BaseException:  # pylint: disable=broad-except
+    os._exit(4)
   os._exit(0)
