@@ -75,20 +75,21 @@ def from_report(report, oom_killed=False):
   omitted = tuple(n for n in get("files_omitted", list, [])
                   if isinstance(n, str))
   flag = get("flag", str, "")
+  setup_error = get("setup_error", str, "")
   error = report.get("error")
   wait_status = report.get("wait_status")
   if not isinstance(wait_status, int) or isinstance(wait_status, bool):
     wait_status = None
   rc = _returncode(wait_status)
   message = ""
-  if error or flag.startswith("E"):
+  if error or setup_error:
     status, rc = "sandbox_error", None
-    message = str(error or ("candidate setup failed: " + flag[1:]))
+    message = str(error or ("candidate setup failed: " + setup_error))
   elif report.get("timed_out") is True or rc == -signal.SIGXCPU:
     status = "timeout"
   elif report.get("output_limit") is True:
     status = "output_limit"
-  elif oom_killed or flag == "M":
+  elif oom_killed or flag.startswith("M"):
     status = "memory"
   elif rc == 0:
     status = "ok"

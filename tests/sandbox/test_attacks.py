@@ -390,3 +390,13 @@ def test_no_data_from_earlier_runs_in_memory(sb, check):
   for r in sb.run_many([dict(code=scanner, timeout_s=20)] * n):
     assert r.status == "ok" and r.stdout == "[]\n", r
   check.healthy(sb)
+
+
+def test_candidate_cannot_claim_a_sandbox_error(sb, check):
+  r = sb.run("import os\n"
+             "for fd in range(3, 64):\n"
+             "  try:\n    os.write(fd, b'Efake setup failure')\n"
+             "  except OSError:\n    pass\n"
+             "print('done')\n")
+  assert r.stdout == "done\n"
+  check.contained(sb, r, "ok")

@@ -21,7 +21,8 @@ import seccomp_bpf
 import supervise
 import wire
 
-FLAG_FD = 3
+FLAG_FD = 3  # the candidate may write "M" (MemoryError) here; only a failure
+SETUP_FD = 4  # setup errors; closed before any candidate code runs
 _MAX_DEPTH = 8
 
 
@@ -79,7 +80,8 @@ def collect_files(root, max_files, max_total_bytes):
   return files, omitted
 
 
-def candidate_main(req, stdin_fd, out_w, err_w, flag_w, work_dir, strict):
+def candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w, work_dir,
+                   strict):
   """D: confine this process, then run the candidate. Never returns."""
   try:
     jail.set_name("sb-candidate")
@@ -90,7 +92,8 @@ def candidate_main(req, stdin_fd, out_w, err_w, flag_w, work_dir, strict):
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
     os.dup2(flag_w, FLAG_FD)
-    jail.close_fds_except([0, 1, 2, FLAG_FD])
+    os.dup2(setup_w, SETUP_FD)
+    jail.close_fds_except([0, 1, 2, FLAG_FD, SETUP_FD])
     os.chdir(work_dir)
     jail.clean_environment(work_dir)
     jail.raise_oom_score()
@@ -99,22 +102,26 @@ def candidate_main(req, stdin_fd, out_w, err_w, flag_w, work_dir, strict):
       jail.drop_capabilities()
     if req["seccomp"]:
       seccomp_bpf.install(jail.libc)
+    # From here on nothing the candidate does can claim a sandbox failure.
+    os.close(SETUP_FD)
   except BaseException as e:  # pylint: disable=broad-except
     try:
-      os.write(FLAG_FD, f"E{type(e).__name__}: {e}".encode())
+      os.write(SETUP_FD, f"{type(e).__name__}: {e}".encode())
     finally:
       os._exit(126)
   harness.run(req["language"], req["code"], FLAG_FD, work_dir)
 
 
-def init_main(alive_r, stdin_fd, out_w, err_w, flag_w, status_w, req):
+def init_main(alive_r, stdin_fd, out_w, err_w, flag_w, setup_w, status_w,
+              req):
   """C: pid 1 of the run. Reaps everything, reports D's wait status."""
   try:
     jail.die_with_parent(alive_r)
     jail.mount_run_proc()
     d = os.fork()
     if d == 0:
-      candidate_main(req, stdin_fd, out_w, err_w, flag_w, jail.WORK_DIR, True)
+      candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w,
+                     jail.WORK_DIR, True)
     jail.close_fds_except([2, status_w])
     jail.set_dumpable(False)  # D shares our uid: keep it out of our memory
     jail.drop_capabilities(bounding=False)
@@ -155,20 +162,26 @@ def _strict_run(req, stdin_fd, out_w, err_w, watch):
   jail.mount_run_filesystems(req["work_mb"], req["tmp_mb"])
   write_input_files(jail.WORK_DIR, req["files"])
   flag_r, flag_w = os.pipe()
+  setup_r, setup_w = os.pipe()
   cst_r, cst_w = os.pipe()
   alive_r, alive_w = os.pipe()
   c = os.fork()
   if c == 0:
     os.close(alive_w)
-    init_main(alive_r, stdin_fd, out_w, err_w, flag_w, cst_w, req)
-  for fd in (stdin_fd, out_w, err_w, flag_w, cst_w, alive_r):
+    init_main(alive_r, stdin_fd, out_w, err_w, flag_w, setup_w, cst_w, req)
+  for fd in (stdin_fd, out_w, err_w, flag_w, setup_w, cst_w, alive_r):
     if fd >= 0:
       os.close(fd)
   outcome = watch(c, False, 1.0)
   os.waitpid(c, 0)  # when init is reaped, every process of the run is gone
   raw = _read_nonblocking(cst_r, 4)
   wait_status = struct.unpack("<i", raw)[0] if len(raw) == 4 else None
-  flag = _read_nonblocking(flag_r, 4096).decode("utf-8", "replace")
+  if (wait_status is None and not outcome.timed_out and
+      not outcome.output_limit and outcome.error is None):
+    outcome.error = "the run's init exited without a status (see worker log)"
+  flag = _read_nonblocking(flag_r, 16).decode("utf-8", "replace")
+  outcome.setup_error = _read_nonblocking(setup_r, 4096).decode(
+      "utf-8", "replace")
   files, omitted = collect_files(jail.WORK_DIR, req["max_files_out"],
                                  req["max_files_out_bytes"])
   return outcome, wait_status, flag, files, omitted
@@ -181,10 +194,12 @@ def _process_run(req, stdin_fd, out_w, err_w, watch):
   try:
     write_input_files(work_dir, req["files"])
     flag_r, flag_w = os.pipe()
+    setup_r, setup_w = os.pipe()
     d = os.fork()
     if d == 0:
-      candidate_main(req, stdin_fd, out_w, err_w, flag_w, work_dir, False)
-    for fd in (stdin_fd, out_w, err_w, flag_w):
+      candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w, work_dir,
+                     False)
+    for fd in (stdin_fd, out_w, err_w, flag_w, setup_w):
       if fd >= 0:
         os.close(fd)
     outcome = watch(d, True, 0.05)
@@ -193,7 +208,9 @@ def _process_run(req, stdin_fd, out_w, err_w, watch):
       os.killpg(d, signal.SIGKILL)  # the rest of its process group
     except OSError:
       pass
-    flag = _read_nonblocking(flag_r, 4096).decode("utf-8", "replace")
+    flag = _read_nonblocking(flag_r, 16).decode("utf-8", "replace")
+    outcome.setup_error = _read_nonblocking(setup_r, 4096).decode(
+        "utf-8", "replace")
     files, omitted = collect_files(work_dir, req["max_files_out"],
                                    req["max_files_out_bytes"])
     return outcome, wait_status, flag, files, omitted
@@ -237,7 +254,8 @@ def runner_main(header, chan_in, chan_out, done_w):
         stdout=bytes(outcome.out["stdout"]),
         stderr=bytes(outcome.out["stderr"]),
         timed_out=outcome.timed_out, output_limit=outcome.output_limit,
-        error=outcome.error, wait_status=wait_status, flag=flag,
+        error=outcome.error, setup_error=outcome.setup_error,
+        wait_status=wait_status, flag=flag,
         files=files, files_omitted=omitted)
   except BaseException as e:  # pylint: disable=broad-except
     reply["error"] = f"runner: {type(e).__name__}: {e}"

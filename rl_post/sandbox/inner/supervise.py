@@ -23,6 +23,7 @@ class Outcome:
     self.timed_out = False
     self.output_limit = False
     self.error = None
+    self.setup_error = ""
 
 
 def watch(top_pid, kill_group, out_r, err_r, deadline, cap, drain_s):
