@@ -2,6 +2,7 @@
 
 import asyncio
 import concurrent.futures
+import os
 import shutil
 import sqlite3
 
@@ -152,9 +153,14 @@ def test_recycle_after_max_runs_and_close():
   assert outs == [f"{i}\n" for i in range(5)]
   assert pool.stats()["recycles"] >= 2
   workers = list(pool._workers)  # pylint: disable=protected-access
+  cgroup_dirs = [d for w in workers for d in w.cgroup.dirs.values()]
+  procs = [w.proc for w in workers]
   pool.close()
   pool.close()  # idempotent
   assert all(w.proc is None and w.cgroup is None for w in workers)
+  assert all(p.poll() is not None for p in procs)
+  # a cgroup directory can only be removed once no process is left in it
+  assert cgroup_dirs and not any(os.path.exists(d) for d in cgroup_dirs)
   with pytest.raises(RuntimeError, match="closed"):
     pool.run("print(1)")
 
