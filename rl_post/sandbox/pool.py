@@ -16,6 +16,7 @@ sandbox_error. Every failure becomes an ExecResult with status
 import asyncio
 import atexit
 import concurrent.futures
+import dataclasses
 import os
 import queue
 import shutil
@@ -227,8 +228,7 @@ def _as_request(item, index):
     return request_lib.RunRequest(item)
   if isinstance(item, dict):
     unknown = set(item) - {f.name for f in
-                           request_lib.dataclasses.fields(
-                               request_lib.RunRequest)}
+                           dataclasses.fields(request_lib.RunRequest)}
     if unknown or "code" not in item:
       raise ValueError(f"requests[{index}]: expected RunRequest fields "
                        f"(code, language, stdin, files, timeout_s, "

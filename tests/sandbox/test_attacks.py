@@ -44,13 +44,13 @@ def test_delayed_orphan_writes_are_dropped(sb, check):
   r = sb.run(
       "import os, sys, time\n"
       "if os.fork() == 0:\n"
-      "  time.sleep(0.5)\n"
+      "  time.sleep(3)\n"
       "  print('orphan', flush=True)\n"
       "  open('late.txt', 'w').write('late')\n"
       "  os._exit(0)\n"
       "print('main', flush=True)\n", timeout_s=5)
   assert r.stdout == "main\n" and "late.txt" not in r.files
-  assert r.wall_s < 0.5
+  assert r.wall_s < 2.5  # the orphan was killed, not waited for
   check.contained(sb, r, "ok")
 
 
