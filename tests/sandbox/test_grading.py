@@ -74,10 +74,11 @@ def test_wrong_program_fails_per_case(sb):
      "def add(a, b):\n    os.kill(os.getpid(), signal.SIGKILL)\n"),
     ("missing_entry_point", "def plus(a, b):\n    return a + b\n"),
 ])
-def test_grading_attack_fails(sb, name, program):
+def test_grading_attack_fails(sb, check, name, program):
   g = grade(sb, program)
   assert not g.all_passed, (name, g)
   assert g.passed < g.total, (name, g)
+  check.healthy(sb)  # and no process of the run is left
 
 
 def test_nul_byte_program_fails_entirely(sb):
