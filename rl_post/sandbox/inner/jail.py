@@ -1,25 +1,25 @@
 """Per-run confinement primitives (stdlib + ctypes only).
 
-Strict mode, inside the bubblewrap worker:
-  runner R: unshare(user, mount, pid, net, ipc, uts) -> uid 1000 mapped to the
-            worker's uid; fresh size-limited tmpfs on /work, /tmp, /dev/shm;
-            /sandbox (our own code) hidden.
-  init C:   pid 1 of the new pid namespace; mounts a fresh /proc, becomes
-            non-dumpable, reaps everything and reports the candidate's wait
-            status. When C exits the kernel kills every process left in the
-            namespace (setsid daemons, orphans holding the output pipes).
+Strict mode, inside the bubblewrap worker, per run:
+  init C:   cloned by the zygote straight into new user, mount, pid, net,
+            ipc and uts namespaces (pid 1); uid 1000 mapped to the worker's
+            uid; fresh size-limited tmpfs on /work, /tmp, /dev/shm; /sandbox
+            (our own code) hidden; a /proc of this run only. It becomes
+            non-dumpable, forks the candidate and supervises it from pid 1:
+            no signal from inside the namespace reaches it, and when it exits
+            the kernel kills every process left (setsid daemons, orphans
+            holding the output pipes).
   candidate D: own session, stdio only, rlimits, no capabilities (bounding,
             ambient, permitted), no-new-privs, seccomp deny list.
-Process mode skips the namespaces and the init; the candidate runs in its own
-session in a fresh temporary directory and its process group is killed at the
-end.
+Process mode skips the namespaces: a runner forks the candidate into its
+own session in a fresh temporary directory and kills its process group at
+the end.
 """
 
 import ctypes
 import ctypes.util
 import os
 import resource
-import select
 import signal
 
 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6",
@@ -77,21 +77,6 @@ def set_dumpable(flag):
   _check(libc.prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0), "PR_SET_DUMPABLE")
 
 
-def die_with_parent(alive_fd):
-  """SIGKILL when the parent dies; exits now if it already has.
-
-  The parent is outside our pid namespace (getppid() is 0), so liveness is
-  read from a pipe whose write end only the parent holds.
-  """
-  _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0),
-         "PR_SET_PDEATHSIG")
-  poller = select.poll()
-  poller.register(alive_fd, select.POLLIN)
-  if poller.poll(0):  # EOF: the parent died before the prctl
-    os._exit(111)
-  os.close(alive_fd)
-
-
 def _write_file(path, data):
   # os-level I/O: no file objects to allocate in a freshly forked process.
   fd = os.open(path, os.O_WRONLY)
@@ -101,14 +86,44 @@ def _write_file(path, data):
     os.close(fd)
 
 
-def enter_run_namespaces():
-  """Runner side: fresh namespaces with uid/gid 1000 mapped to ours."""
-  uid, gid = os.getuid(), os.getgid()
+# The GIL stays held across a PyDLL call, as PyOS_*Fork* require.
+_PYDLL = ctypes.PyDLL(None, use_errno=True)
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+
+
+def clone_into_run_namespaces():
+  """fork() straight into fresh user, mount, pid, net, ipc, uts namespaces.
+
+  One clone(2) instead of fork + unshare + fork: the child is pid 1 of its
+  pid namespace. It is made safe for Python the way os.fork is, with
+  PyOS_BeforeFork / PyOS_AfterFork_*; the zygote is single-threaded.
+
+  Returns:
+    0 in the child, the child's pid in the parent.
+  """
+  syscall = _PYDLL.syscall
+  syscall.restype = ctypes.c_long
+  syscall.argtypes = [ctypes.c_long] + [ctypes.c_ulong] * 5
+  nr = _SYS_CLONE[os.uname().machine]
+  api = ctypes.pythonapi
+  api.PyOS_BeforeFork()
+  pid = syscall(nr, RUN_NAMESPACES | signal.SIGCHLD, 0, 0, 0, 0)
+  if pid == 0:
+    api.PyOS_AfterFork_Child()
+    return 0
+  err = ctypes.get_errno()
+  api.PyOS_AfterFork_Parent()
+  if pid < 0:
+    raise OSError(err, f"clone into new namespaces: {os.strerror(err)}")
+  return pid
+
+
+def write_id_maps(outer_uid, outer_gid):
+  """In the new user namespace: uid/gid 1000 inside = the worker's outside."""
   set_dumpable(True)  # the uid_map files of a non-dumpable task are root's
-  _check(libc.unshare(RUN_NAMESPACES), "unshare")
   _write_file("/proc/self/setgroups", b"deny")
-  _write_file("/proc/self/uid_map", b"%d %d 1" % (SANDBOX_UID, uid))
-  _write_file("/proc/self/gid_map", b"%d %d 1" % (SANDBOX_GID, gid))
+  _write_file("/proc/self/uid_map", b"%d %d 1" % (SANDBOX_UID, outer_uid))
+  _write_file("/proc/self/gid_map", b"%d %d 1" % (SANDBOX_GID, outer_gid))
 
 
 def mount_run_filesystems(work_mb, tmp_mb):
@@ -129,7 +144,7 @@ def mount_run_filesystems(work_mb, tmp_mb):
 
 
 def mount_run_proc():
-  """Init side (pid 1 of the run's pid namespace): a /proc of this run only."""
+  """Pid 1 of the run's pid namespace: a /proc of this run only."""
   mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 

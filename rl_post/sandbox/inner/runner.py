@@ -1,17 +1,18 @@
-"""The forked per-run processes: runner R, init C, candidate D (stdlib only).
+"""The per-run processes: runner R and candidate D (stdlib only).
 
-The zygote reads only a small header frame (limits) and forks R. R reads
-the payload frame (code, stdin, files) from the channel itself, sets the run
-up, supervises it, collects the files and writes the reply frame. So the
-candidate's code, inputs and outputs never pass through the zygote's memory,
-and no later run (forked from the zygote) can find them there.
+The zygote reads only a small header frame (limits) and starts R: in strict
+mode cloned straight into the run's new namespaces as their pid 1, in
+process mode forked. R reads the payload frame (code, stdin, files) from the
+channel itself, sets the run up, forks D, supervises it, collects the files
+and writes the reply frame. So the candidate's code, inputs and outputs
+never pass through the zygote's memory, and no later run (forked from the
+zygote) can find them there.
 """
 
 import fcntl
 import os
 import signal
 import stat
-import struct
 import time
 import traceback
 
@@ -112,32 +113,6 @@ def candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w, work_dir,
   harness.run(req["language"], req["code"], FLAG_FD, work_dir)
 
 
-def init_main(alive_r, stdin_fd, out_w, err_w, flag_w, setup_w, status_w,
-              req):
-  """C: pid 1 of the run. Reaps everything, reports D's wait status."""
-  try:
-    jail.die_with_parent(alive_r)
-    jail.mount_run_proc()
-    d = os.fork()
-    if d == 0:
-      candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w,
-                     jail.WORK_DIR, True)
-    jail.close_fds_except([2, status_w])
-    jail.set_dumpable(False)  # D shares our uid: keep it out of our memory
-    jail.drop_capabilities(bounding=False)
-    while True:
-      pid, status = os.waitpid(-1, 0)
-      if pid == d:
-        break
-    os.write(status_w, struct.pack("<i", status))
-  except BaseException:  # pylint: disable=broad-except
-    try:  # fd 2 is the worker's log, not the candidate's stderr
-      os.write(2, traceback.format_exc().encode()[-2000:])
-    except BaseException:  # pylint: disable=broad-except
-      pass
-  os._exit(0)
-
-
 def _read_nonblocking(fd, n):
   fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
   try:
@@ -157,28 +132,52 @@ def _stdin_fd(data):
   return fd
 
 
+def _kill_namespace():
+  """From pid 1: SIGKILL every other process of the run's pid namespace."""
+  try:
+    os.kill(-1, signal.SIGKILL)
+  except ProcessLookupError:
+    pass
+
+
+def _reap_all(pid):
+  """Reaps every child (orphans are ours as pid 1); returns pid's status."""
+  status = None
+  while True:
+    try:
+      reaped, st = os.waitpid(-1, 0)
+    except ChildProcessError:
+      return status
+    if reaped == pid:
+      status = st
+
+
 def _strict_run(req, stdin_fd, out_w, err_w, watch):
-  jail.enter_run_namespaces()
+  """In the cloned pid 1 of the run's namespaces (see jail.py)."""
+  outer_uid, outer_gid = req["outer_ids"]
+  jail.write_id_maps(outer_uid, outer_gid)
   jail.mount_run_filesystems(req["work_mb"], req["tmp_mb"])
+  jail.mount_run_proc()
   write_input_files(jail.WORK_DIR, req["files"])
+  # As pid 1, signals from inside the namespace reach only handlers we
+  # install; drop Python's SIGINT handler so nothing can interrupt us.
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
   flag_r, flag_w = os.pipe()
   setup_r, setup_w = os.pipe()
-  cst_r, cst_w = os.pipe()
-  alive_r, alive_w = os.pipe()
-  c = os.fork()
-  if c == 0:
-    os.close(alive_w)
-    init_main(alive_r, stdin_fd, out_w, err_w, flag_w, setup_w, cst_w, req)
-  for fd in (stdin_fd, out_w, err_w, flag_w, setup_w, cst_w, alive_r):
+  jail.set_dumpable(False)  # D shares our uid: keep it out of our memory
+  d = os.fork()
+  if d == 0:
+    jail.set_dumpable(True)  # its own /proc/self, as in a normal process
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w,
+                   jail.WORK_DIR, True)
+  for fd in (stdin_fd, out_w, err_w, flag_w, setup_w):
     if fd >= 0:
       os.close(fd)
-  outcome = watch(c, False, 1.0)
-  os.waitpid(c, 0)  # when init is reaped, every process of the run is gone
-  raw = _read_nonblocking(cst_r, 4)
-  wait_status = struct.unpack("<i", raw)[0] if len(raw) == 4 else None
-  if (wait_status is None and not outcome.timed_out and
-      not outcome.output_limit and outcome.error is None):
-    outcome.error = "the run's init exited without a status (see worker log)"
+  jail.drop_capabilities(bounding=False)
+  outcome = watch(d, _kill_namespace, 1.0)
+  _kill_namespace()
+  wait_status = _reap_all(d)  # after this no process of the run is left
   flag = _read_nonblocking(flag_r, 16).decode("utf-8", "replace")
   outcome.setup_error = _read_nonblocking(setup_r, 4096).decode(
       "utf-8", "replace")
@@ -202,12 +201,15 @@ def _process_run(req, stdin_fd, out_w, err_w, watch):
     for fd in (stdin_fd, out_w, err_w, flag_w, setup_w):
       if fd >= 0:
         os.close(fd)
-    outcome = watch(d, True, 0.05)
+    def kill_group():
+      try:
+        os.killpg(d, signal.SIGKILL)
+      except OSError:
+        pass
+
+    outcome = watch(d, kill_group, 0.05)
     _, wait_status = os.waitpid(d, 0)
-    try:
-      os.killpg(d, signal.SIGKILL)  # the rest of its process group
-    except OSError:
-      pass
+    kill_group()  # the rest of its process group
     flag = _read_nonblocking(flag_r, 16).decode("utf-8", "replace")
     outcome.setup_error = _read_nonblocking(setup_r, 4096).decode(
         "utf-8", "replace")
@@ -243,8 +245,8 @@ def runner_main(header, chan_in, chan_out, done_w):
     stdin_fd = _stdin_fd(req["stdin"])
     deadline = t0 + req["timeout_s"]
 
-    def watch(top, group, drain_s):
-      return supervise.watch(top, group, out_r, err_r, deadline,
+    def watch(top, kill, drain_s):
+      return supervise.watch(top, kill, out_r, err_r, deadline,
                              req["max_output_bytes"], drain_s)
 
     run = _strict_run if req["mode"] == "strict" else _process_run

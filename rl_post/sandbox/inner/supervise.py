@@ -1,15 +1,14 @@
-"""Watching one run from outside it: deadline, output caps, the kill.
+"""Watching one run: deadline, output caps, the kill.
 
-Runs in the runner R (outside the run's pid namespace). Reads stdout and
-stderr as they stream, never keeping more than the cap, and follows the
-run's top process through a pidfd. On the deadline or an output overflow it
-SIGKILLs the top process: in strict mode that is the namespace's init, whose
-death takes every process of the run with it.
+Runs in the run's pid 1 (strict mode: no signal from inside the namespace
+reaches it, and it is non-dumpable) or in the runner (process mode). Reads
+stdout and stderr as they stream, never keeping more than the cap, and
+follows the candidate's main process through a pidfd. On the deadline or an
+output overflow it kills the whole run.
 """
 
 import os
 import select
-import signal
 import time
 
 _KILL_GRACE_S = 5.0
@@ -26,13 +25,14 @@ class Outcome:
     self.setup_error = ""
 
 
-def watch(top_pid, kill_group, out_r, err_r, deadline, cap, drain_s):
+def watch(top_pid, kill, out_r, err_r, deadline, cap, drain_s):
   """Supervises until the top process exited and the pipes are drained.
 
   Args:
-    top_pid: the run's top process (init in strict mode, the candidate in
-      process mode); a child of the caller.
-    kill_group: SIGKILL the process group `top_pid` instead of the process.
+    top_pid: the candidate's main process, a child of the caller.
+    kill: SIGKILLs the whole run (the namespace, or the process group); it
+      is called on the deadline, on an output overflow, and as soon as the
+      top process has exited (so orphans cannot hold the pipes open).
     out_r, err_r: read ends of the candidate's stdout / stderr.
     deadline: time.monotonic() value of the wall-clock limit.
     cap: max bytes kept per stream; more kills the run.
@@ -51,17 +51,11 @@ def watch(top_pid, kill_group, out_r, err_r, deadline, cap, drain_s):
   killed_at = None
   drain_until = None
 
-  def kill():
+  def kill_run():
     nonlocal killed_at
     if killed_at is None:
       killed_at = time.monotonic()
-    try:
-      if kill_group:
-        os.killpg(top_pid, signal.SIGKILL)
-      else:
-        os.kill(top_pid, signal.SIGKILL)
-    except OSError:
-      pass
+    kill()
 
   try:
     while open_pipes or drain_until is None:
@@ -74,7 +68,7 @@ def watch(top_pid, kill_group, out_r, err_r, deadline, cap, drain_s):
         wait = deadline - now
         if wait <= 0:
           res.timed_out = True
-          kill()
+          kill_run()
           continue
       else:
         wait = killed_at + _KILL_GRACE_S - now
@@ -85,6 +79,7 @@ def watch(top_pid, kill_group, out_r, err_r, deadline, cap, drain_s):
         name = names[fd]
         if name == "exit":
           poller.unregister(fd)
+          kill()  # orphans and daemons go now; the status is already set
           drain_until = time.monotonic() + drain_s
           continue
         data = os.read(fd, 1 << 16)
@@ -97,7 +92,7 @@ def watch(top_pid, kill_group, out_r, err_r, deadline, cap, drain_s):
         buf += data[:max(room, 0)]
         if len(data) > room and not res.output_limit:
           res.output_limit = True
-          kill()
+          kill_run()
   finally:
     os.close(pidfd)
   return res

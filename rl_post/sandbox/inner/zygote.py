@@ -57,7 +57,19 @@ def serve_one(header, chan_in, chan_out):
   afterwards (the host may sweep it away in process mode) does not matter.
   """
   done_r, done_w = os.pipe()
-  pid = os.fork()
+  try:
+    if header["mode"] == "strict":
+      header["outer_ids"] = [os.getuid(), os.getgid()]
+      pid = jail.clone_into_run_namespaces()
+    else:
+      pid = os.fork()
+  except OSError as e:
+    os.close(done_r)
+    os.close(done_w)
+    wire.read_frame(chan_in)  # the unread payload: keep the channel in step
+    wire.write_frame(chan_out, {"event": "result",
+                                "error": f"zygote: {e}", "wall_s": 0.0})
+    return True
   if pid == 0:
     os.close(done_r)
     runner.runner_main(header, chan_in, chan_out, done_w)
@@ -66,7 +78,7 @@ def serve_one(header, chan_in, chan_out):
   poller = select.poll()
   poller.register(pidfd, select.POLLIN)
   if not poller.poll(int((header["timeout_s"] + _RUNNER_GRACE_S) * 1000)):
-    os.kill(pid, signal.SIGKILL)  # its init dies with it (PDEATHSIG)
+    os.kill(pid, signal.SIGKILL)  # strict: pid 1, so the whole run dies
   os.close(pidfd)
   os.waitpid(pid, 0)
   os.set_blocking(done_r, False)
