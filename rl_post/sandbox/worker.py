@@ -19,7 +19,7 @@ from rl_post.sandbox.inner import wire
 # extra before it declares the worker hung and kills it from outside.
 _HOST_GRACE_S = 10.0
 _ZYGOTE_OVERHEAD_MB = 64
-_EXTRA_TASKS = 8  # bwrap x2, zygote, runner, init
+_EXTRA_TASKS = 8  # bwrap x2, zygote, runner (+ slack)
 
 
 class WorkerError(Exception):

@@ -1,7 +1,7 @@
 """Per-run confinement primitives (stdlib + ctypes only).
 
 Strict mode, inside the bubblewrap worker, per run:
-  init C:   cloned by the zygote straight into new user, mount, pid, net,
+  runner R: cloned by the zygote straight into new user, mount, pid, net,
             ipc and uts namespaces (pid 1); uid 1000 mapped to the worker's
             uid; fresh size-limited tmpfs on /work, /tmp, /dev/shm; /sandbox
             (our own code) hidden; a /proc of this run only. It becomes
