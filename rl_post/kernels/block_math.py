@@ -41,27 +41,29 @@ def tile_mask(q_start, k_start, shape, *, causal, sliding_window, kv_len=None,
 def online_softmax_step(q, k, v, carry, mask, scale):
   """Folds one KV tile into the running (max, sum, unnormalised output).
 
-  q: [bq, D]; k, v: [bk, D]; carry: (m [bq], l [bq], acc [bq, D]) float32.
+  q: [bq, D]; k, v: [bk, D]; carry: (m [bq, 1], l [bq, 1], acc [bq, D])
+  float32. Row statistics stay 2-D ([bq, 1]) so the same code lowers to
+  Triton and Mosaic without reshapes.
   """
   m, l, acc = carry
   s = matmul(q, k, trans_b=True) * scale
   if mask is not None:
     s = jnp.where(mask, s, masking.NEG_INF)
-  m_new = jnp.maximum(m, jnp.max(s, axis=1))
-  p = jnp.exp(s - m_new[:, None])
+  m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
+  p = jnp.exp(s - m_new)
   if mask is not None:
     p = jnp.where(mask, p, 0.0)
   alpha = jnp.exp(m - m_new)
-  l = alpha * l + jnp.sum(p, axis=1)
-  acc = alpha[:, None] * acc + matmul(p.astype(v.dtype), v)
+  l = alpha * l + jnp.sum(p, axis=1, keepdims=True)
+  acc = alpha * acc + matmul(p.astype(v.dtype), v)
   return m_new, l, acc
 
 
 def finalize(m, l, acc):
-  """(normalised output [bq, D], lse [bq]); rows that saw no key give 0, NEG_INF."""
+  """(normalised output [bq, D], lse [bq, 1]); rows that saw no key give 0, NEG_INF."""
   seen = l > 0
   safe_l = jnp.where(seen, l, 1.0)
-  out = acc / safe_l[:, None]
+  out = acc / safe_l
   lse = jnp.where(seen, m + jnp.log(safe_l), masking.NEG_INF)
   return out, lse
 
@@ -69,23 +71,23 @@ def finalize(m, l, acc):
 def tile_grads(q, k, v, do, lse, delta, mask, scale):
   """Gradient pieces of one tile: (dq_part [bq, D], dk_part, dv_part [bk, D]).
 
-  lse, delta: [bq] float32 from the forward pass and sum(do * out, -1).
+  lse, delta: [bq, 1] float32 from the forward pass and sum(do * out, -1).
   """
   s = matmul(q, k, trans_b=True) * scale
-  p = jnp.exp(s - lse[:, None])
+  p = jnp.exp(s - lse)
   if mask is not None:
     p = jnp.where(mask, p, 0.0)
   dv = matmul(p.astype(do.dtype), do, trans_a=True)
   dp = matmul(do, v, trans_b=True)
-  ds = (p * (dp - delta[:, None]) * scale).astype(q.dtype)
+  ds = (p * (dp - delta) * scale).astype(q.dtype)
   dk = matmul(ds, q, trans_a=True)
   dq = matmul(ds, k)
   return dq, dk, dv
 
 
 def zero_carry(block_q, head_dim):
-  return (jnp.full((block_q,), masking.NEG_INF, jnp.float32),
-          jnp.zeros((block_q,), jnp.float32),
+  return (jnp.full((block_q, 1), masking.NEG_INF, jnp.float32),
+          jnp.zeros((block_q, 1), jnp.float32),
           jnp.zeros((block_q, head_dim), jnp.float32))
 
 
@@ -123,6 +125,22 @@ def pad_to(x, axis, size, value=0):
   widths = [(0, 0)] * x.ndim
   widths[axis] = (0, extra)
   return jnp.pad(x, widths, constant_values=value)
+
+
+def round_up(n, m):
+  return -(-n // m) * m
+
+
+def segment_operands(segment_ids, q_len, padded_q, padded_k):
+  """Kernel segment operands: q ids [B, Tq_pad, 1] and kv ids [B, 1, Tk_pad].
+
+  Shaped as a column and a row so a tile's mask is one broadcast compare.
+  Padding rows/keys get ids that match nothing real.
+  """
+  kv_len = segment_ids.shape[1]
+  q_seg = pad_to(segment_ids[:, kv_len - q_len:], 1, padded_q, -1)
+  k_seg = pad_to(segment_ids, 1, padded_k, -2)
+  return q_seg[:, :, None], k_seg[:, None, :]
 
 
 def check_blocks(**sizes):

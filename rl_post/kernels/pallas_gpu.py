@@ -73,11 +73,11 @@ def _fwd_kernel(q_ref, k_ref, v_ref, *refs, st, has_seg):
       q_first, q_first + bq - 1, block_k=bk,
       num_k_blocks=pl.cdiv(st.kv_len, bk), causal=st.causal,
       sliding_window=st.sliding_window)
-  q_seg = qs_ref[...][:, None] if has_seg else None
+  q_seg = qs_ref[...] if has_seg else None
 
   def body(j, carry):
     ks = pl.ds(j * bk, bk)
-    k_seg = ks_ref[ks][None, :] if has_seg else None
+    k_seg = ks_ref[:, ks] if has_seg else None
     mask = bm.tile_mask(q_first, j * bk, (bq, bk), causal=st.causal,
                         sliding_window=st.sliding_window, kv_len=st.kv_len,
                         q_seg=q_seg, k_seg=k_seg)
@@ -105,7 +105,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, st,
       k_first, k_first + bk - 1, offset=st.offset, block_q=bq,
       num_q_blocks=pl.cdiv(st.q_len, bq), causal=st.causal,
       sliding_window=st.sliding_window)
-  k_seg = ks_ref[...][None, :] if has_seg else None
+  k_seg = ks_ref[...] if has_seg else None
   dk = jnp.zeros((bk, head_dim), jnp.float32)
   dv = jnp.zeros((bk, head_dim), jnp.float32)
   for g in range(group):  # query heads sharing this KV head
@@ -113,13 +113,13 @@ def _dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, st,
     def body(i, carry, g=g):
       dk, dv = carry
       qsl = pl.ds(i * bq, bq)
-      q_seg = qs_ref[qsl][:, None] if has_seg else None
+      q_seg = qs_ref[qsl, :] if has_seg else None
       mask = bm.tile_mask(st.offset + i * bq, k_first, (bq, bk),
                           causal=st.causal, sliding_window=st.sliding_window,
                           kv_len=st.kv_len, q_seg=q_seg, k_seg=k_seg)
       _, dk_p, dv_p = bm.tile_grads(
-          q_ref[qsl, g, :], k, v, do_ref[qsl, g, :], lse_ref[g, qsl],
-          delta_ref[g, qsl], mask, 1.0 / math.sqrt(head_dim))
+          q_ref[qsl, g, :], k, v, do_ref[qsl, g, :], lse_ref[g, qsl, :],
+          delta_ref[g, qsl, :], mask, 1.0 / math.sqrt(head_dim))
       return dk + dk_p, dv + dv_p
 
     dk, dv = lax.fori_loop(lo, hi, body, (dk, dv))
@@ -142,11 +142,11 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, st,
       q_first, q_first + bq - 1, block_k=bk,
       num_k_blocks=pl.cdiv(st.kv_len, bk), causal=st.causal,
       sliding_window=st.sliding_window)
-  q_seg = qs_ref[...][:, None] if has_seg else None
+  q_seg = qs_ref[...] if has_seg else None
 
   def body(j, dq):
     ks = pl.ds(j * bk, bk)
-    k_seg = ks_ref[ks][None, :] if has_seg else None
+    k_seg = ks_ref[:, ks] if has_seg else None
     mask = bm.tile_mask(q_first, j * bk, (bq, bk), causal=st.causal,
                         sliding_window=st.sliding_window, kv_len=st.kv_len,
                         q_seg=q_seg, k_seg=k_seg)
@@ -160,13 +160,9 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, st,
 
 def _padded_lengths(st):
   b = st.blocks
-  tq = bm_round(st.q_len, math.lcm(b.block_q, b.block_q_bwd))
-  tk = bm_round(st.kv_len, math.lcm(b.block_k, b.block_k_bwd))
+  tq = bm.round_up(st.q_len, math.lcm(b.block_q, b.block_q_bwd))
+  tk = bm.round_up(st.kv_len, math.lcm(b.block_k, b.block_k_bwd))
   return tq, tk
-
-
-def bm_round(n, m):
-  return -(-n // m) * m
 
 
 def _compiler_params(st):
@@ -188,8 +184,8 @@ def _forward(q, k, v, seg, st):
   ]
   args = [q, k, v]
   if has_seg:
-    in_specs += [pl.BlockSpec((None, bq), lambda b_, h_, i: (b_, i)),
-                 pl.BlockSpec((None, tk), lambda b_, h_, i: (b_, 0))]
+    in_specs += [pl.BlockSpec((None, bq, 1), lambda b_, h_, i: (b_, i, 0)),
+                 pl.BlockSpec((None, 1, tk), lambda b_, h_, i: (b_, 0, 0))]
     args += list(seg)
   return pl.pallas_call(
       functools.partial(_fwd_kernel, st=st, has_seg=has_seg),
@@ -197,10 +193,10 @@ def _forward(q, k, v, seg, st):
       in_specs=in_specs,
       out_specs=[
           pl.BlockSpec((None, bq, None, d), lambda b_, h_, i: (b_, i, h_, 0)),
-          pl.BlockSpec((None, None, bq), lambda b_, h_, i: (b_, h_, i)),
+          pl.BlockSpec((None, None, bq, 1), lambda b_, h_, i: (b_, h_, i, 0)),
       ],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
-                 jax.ShapeDtypeStruct((b, h, tq), jnp.float32)],
+                 jax.ShapeDtypeStruct((b, h, tq, 1), jnp.float32)],
       compiler_params=_compiler_params(st),
       interpret=st.interpret,
       name="rl_post_flash_fwd",
@@ -214,17 +210,18 @@ def _backward(q, k, v, seg, out, lse, do, st):
   bq, bk = st.blocks.block_q_bwd, st.blocks.block_k_bwd
   has_seg = seg is not None
   delta = jnp.einsum("bthd,bthd->bht", out.astype(jnp.float32),
-                     do.astype(jnp.float32))
+                     do.astype(jnp.float32))[..., None]
   # dK, dV: one program per KV block, all query heads of the group.
   full_group = pl.BlockSpec((None, tq, group, d),
                             lambda b_, kh, j: (b_, 0, kh, 0))
-  stats_group = pl.BlockSpec((None, group, tq), lambda b_, kh, j: (b_, kh, 0))
+  stats_group = pl.BlockSpec((None, group, tq, 1),
+                             lambda b_, kh, j: (b_, kh, 0, 0))
   kv_blk = pl.BlockSpec((None, bk, None, d), lambda b_, kh, j: (b_, j, kh, 0))
   in_specs = [full_group, kv_blk, kv_blk, full_group, stats_group, stats_group]
   args = [q, k, v, do, lse, delta]
   if has_seg:
-    in_specs += [pl.BlockSpec((None, tq), lambda b_, kh, j: (b_, 0)),
-                 pl.BlockSpec((None, bk), lambda b_, kh, j: (b_, j))]
+    in_specs += [pl.BlockSpec((None, tq, 1), lambda b_, kh, j: (b_, 0, 0)),
+                 pl.BlockSpec((None, 1, bk), lambda b_, kh, j: (b_, 0, j))]
     args += list(seg)
   dk, dv = pl.pallas_call(
       functools.partial(_dkv_kernel, st=st, has_seg=has_seg, group=group),
@@ -241,11 +238,11 @@ def _backward(q, k, v, seg, out, lse, do, st):
   q_blk = pl.BlockSpec((None, bq, None, d), lambda b_, h_, i: (b_, i, h_, 0))
   kv_full = pl.BlockSpec((None, tk, None, d),
                          lambda b_, h_, i: (b_, 0, h_ // group, 0))
-  stats = pl.BlockSpec((None, None, bq), lambda b_, h_, i: (b_, h_, i))
+  stats = pl.BlockSpec((None, None, bq, 1), lambda b_, h_, i: (b_, h_, i, 0))
   in_specs = [q_blk, kv_full, kv_full, q_blk, stats, stats]
   if has_seg:
-    in_specs += [pl.BlockSpec((None, bq), lambda b_, h_, i: (b_, i)),
-                 pl.BlockSpec((None, tk), lambda b_, h_, i: (b_, 0))]
+    in_specs += [pl.BlockSpec((None, bq, 1), lambda b_, h_, i: (b_, i, 0)),
+                 pl.BlockSpec((None, 1, tk), lambda b_, h_, i: (b_, 0, 0))]
   dq = pl.pallas_call(
       functools.partial(_dq_kernel, st=st, has_seg=has_seg),
       grid=(b, h, tq // bq),
@@ -293,8 +290,7 @@ def flash_attention(q, k, v, *, causal=True, segment_ids=None,
   tq, tk = _padded_lengths(st)
   seg = None
   if segment_ids is not None:
-    seg = (bm.pad_to(segment_ids[:, kv_len - q_len:], 1, tq, -1),
-           bm.pad_to(segment_ids, 1, tk, -2))
+    seg = bm.segment_operands(segment_ids, q_len, tq, tk)
   out = _flash(bm.pad_to(q, 1, tq), bm.pad_to(k, 1, tk), bm.pad_to(v, 1, tk),
                seg, st)
   return out[:, :q_len]
