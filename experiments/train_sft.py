@@ -1,0 +1,24 @@
+r"""Supervised fine-tuning on generated demonstrations.
+
+  python experiments/train_sft.py --config=configs/sft_arithmetic.py \
+      --workdir=/tmp/rl_post/sft --config.sft.num_steps=600
+"""
+
+import _bootstrap  # noqa: F401
+from absl import app, flags
+from ml_collections import config_flags
+
+from rl_post.sft import trainer
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (rerun to resume).")
+
+
+def main(argv):
+  del argv
+  trainer.train(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)

@@ -1,0 +1,149 @@
+"""Transformer building blocks as Flax NNX modules.
+
+Every parameter is an `nnx.Param` carrying `logical_axes` metadata; the
+sharding rules table (`rl_post.parallel.sharding`) maps these names to mesh
+axes, so no layer knows about meshes.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rl_post.kernels import attention as attention_kernels
+from rl_post.models import rope
+from rl_post.models.config import ModelConfig
+
+_init = nnx.initializers
+
+
+def _param(rngs, init, shape, dtype, logical_axes):
+  return nnx.Param(init(rngs.params(), shape, dtype), logical_axes=logical_axes)
+
+
+class RMSNorm(nnx.Module):
+  """x / rms(x) * scale, computed in float32."""
+
+  def __init__(self, dim: int, *, eps: float, param_dtype, rngs: nnx.Rngs):
+    self.eps = eps
+    self.scale = _param(rngs, _init.ones, (dim,), param_dtype, ("embed",))
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (normed * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+
+
+class Embed(nnx.Module):
+  """Token embedding; `attend` gives tied output logits."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    self.dtype = config.dtype
+    self.embedding = _param(rngs, _init.normal(0.02), (config.vocab_size, config.embed_dim),
+                            config.param_dtype, ("vocab", "embed"))
+
+  def __call__(self, tokens_BxT):
+    return jnp.take(self.embedding[...], tokens_BxT, axis=0).astype(self.dtype)
+
+  def attend(self, x_BxTxE):
+    return jnp.einsum("bte,ve->btv", x_BxTxE, self.embedding[...].astype(self.dtype),
+                      preferred_element_type=jnp.float32)
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    e, f, pd = config.embed_dim, config.mlp_dim, config.param_dtype
+    self.dtype = config.dtype
+    self.gate = _param(rngs, _init.lecun_normal(), (e, f), pd, ("embed", "mlp"))
+    self.up = _param(rngs, _init.lecun_normal(), (e, f), pd, ("embed", "mlp"))
+    self.down = _param(rngs, _init.lecun_normal(), (f, e), pd, ("mlp", "embed"))
+
+  def __call__(self, x_BxTxE):
+    dt = self.dtype
+    gate = jnp.einsum("bte,ef->btf", x_BxTxE, self.gate[...].astype(dt))
+    up = jnp.einsum("bte,ef->btf", x_BxTxE, self.up[...].astype(dt))
+    return jnp.einsum("btf,fe->bte", jax.nn.silu(gate) * up, self.down[...].astype(dt))
+
+
+class Attention(nnx.Module):
+  """Grouped-query self-attention with RoPE and an optional KV cache."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    e, h, k, d = config.embed_dim, config.num_heads, config.num_kv_heads, config.head_dim
+    pd = config.param_dtype
+    self.dtype = config.dtype
+    self.impl = config.attention_impl
+    self.rope_args = (d, config.rope_theta, config.rope_scaling)
+    init = _init.lecun_normal(in_axis=0, out_axis=(1, 2))
+    self.q_proj = _param(rngs, init, (e, h, d), pd, ("embed", "heads", "head_dim"))
+    self.k_proj = _param(rngs, init, (e, k, d), pd, ("embed", "kv_heads", "head_dim"))
+    self.v_proj = _param(rngs, init, (e, k, d), pd, ("embed", "kv_heads", "head_dim"))
+    self.o_proj = _param(rngs, _init.lecun_normal(in_axis=(0, 1), out_axis=2),
+                         (h, d, e), pd, ("heads", "head_dim", "embed"))
+    if config.qkv_bias:
+      self.q_bias = _param(rngs, _init.zeros, (h, d), pd, ("heads", "head_dim"))
+      self.k_bias = _param(rngs, _init.zeros, (k, d), pd, ("kv_heads", "head_dim"))
+      self.v_bias = _param(rngs, _init.zeros, (k, d), pd, ("kv_heads", "head_dim"))
+    else:
+      self.q_bias = self.k_bias = self.v_bias = None
+
+  def _project(self, x_BxTxE, kernel, bias):
+    out = jnp.einsum("bte,ehd->bthd", x_BxTxE, kernel[...].astype(self.dtype))
+    if bias is not None:
+      out = out + bias[...].astype(self.dtype)
+    return out
+
+  def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None):
+    """Self-attention over x; with `cache`, also reads/writes the KV cache.
+
+    Args:
+      x_BxTxE: inputs.
+      positions_BxT: absolute positions (RoPE and cache slots).
+      segment_ids_BxT: optional packed-sequence ids (no cache).
+      cache: optional dict with "k", "v" of shape [B, S, K, D]. With T > 1
+        this is a prefill that starts at slot 0; with T == 1 a decode step
+        at slot positions_BxT[:, 0].
+    Returns:
+      (out_BxTxE, new_cache or None).
+    """
+    inv_freq = rope.inverse_frequencies(*self.rope_args)
+    q = rope.apply_rope(self._project(x_BxTxE, self.q_proj, self.q_bias),
+                        positions_BxT, inv_freq)
+    k = rope.apply_rope(self._project(x_BxTxE, self.k_proj, self.k_bias),
+                        positions_BxT, inv_freq)
+    v = self._project(x_BxTxE, self.v_proj, self.v_bias)
+    new_cache = None
+    if cache is not None:
+      rows_Bx1 = jnp.arange(x_BxTxE.shape[0])[:, None]
+      new_cache = {
+          "k": cache["k"].at[rows_Bx1, positions_BxT].set(k.astype(cache["k"].dtype)),
+          "v": cache["v"].at[rows_Bx1, positions_BxT].set(v.astype(cache["v"].dtype)),
+      }
+    if cache is not None and x_BxTxE.shape[1] == 1:
+      out = attention_kernels.decode_attention(
+          q[:, 0], new_cache["k"], new_cache["v"], positions_BxT[:, 0] + 1,
+          impl=self.impl)[:, None]
+    else:
+      out = attention_kernels.flash_attention(
+          q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)
+    out = jnp.einsum("bthd,hde->bte", out.astype(self.dtype), self.o_proj[...].astype(self.dtype))
+    return out, new_cache
+
+
+class Block(nnx.Module):
+  """Pre-norm transformer block: x + attn(norm(x)); x + mlp(norm(x))."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    kw = dict(eps=config.norm_eps, param_dtype=config.param_dtype, rngs=rngs)
+    self.attn_norm = RMSNorm(config.embed_dim, **kw)
+    self.attn = Attention(config, rngs=rngs)
+    self.mlp_norm = RMSNorm(config.embed_dim, **kw)
+    self.mlp = MLP(config, rngs=rngs)
+
+  def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None):
+    attn_out, new_cache = self.attn(self.attn_norm(x_BxTxE), positions_BxT,
+                                    segment_ids_BxT=segment_ids_BxT, cache=cache)
+    x_BxTxE = x_BxTxE + attn_out
+    x_BxTxE = x_BxTxE + self.mlp(self.mlp_norm(x_BxTxE))
+    return x_BxTxE, new_cache

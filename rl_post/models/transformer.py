@@ -1,0 +1,126 @@
+"""The decoder-only transformer and its pure functional interface.
+
+The model is an NNX module, but every caller uses it in functional form:
+parameters are a plain nested dict of arrays (`params`), and `apply` /
+`apply_with_cache` merge them into the module inside the (jitted) caller.
+Blocks are stacked along a leading `layers` axis and applied with
+`jax.lax.scan`, so compile time does not grow with depth.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rl_post.models.config import ModelConfig
+from rl_post.models.layers import Block, Embed, RMSNorm
+
+
+def _stacked_blocks(config: ModelConfig, rngs: nnx.Rngs) -> Block:
+  """One Block module whose parameters carry a leading [L] axis."""
+  graphdef, _ = nnx.split(nnx.eval_shape(lambda: Block(config, rngs=nnx.Rngs(0))))
+  keys = jax.random.split(rngs.params(), config.num_layers)
+  state = jax.vmap(lambda key: nnx.split(Block(config, rngs=nnx.Rngs(params=key)))[1])(keys)
+  return nnx.merge(graphdef, state)
+
+
+class Transformer(nnx.Module):
+  """Embedding -> L x Block -> RMSNorm -> logits."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.embed = Embed(config, rngs=rngs)
+    self.blocks = _stacked_blocks(config, rngs)
+    self.final_norm = RMSNorm(config.embed_dim, eps=config.norm_eps,
+                              param_dtype=config.param_dtype, rngs=rngs)
+    if not config.tie_embeddings:
+      self.lm_head = nnx.Param(
+          nnx.initializers.lecun_normal()(rngs.params(), (config.embed_dim, config.vocab_size),
+                                          config.param_dtype),
+          logical_axes=("embed", "vocab"))
+
+  def __call__(self, tokens_BxT, positions_BxT, *, segment_ids_BxT=None, cache=None):
+    x_BxTxE = self.embed(tokens_BxT)
+    block_graphdef, block_state = nnx.split(self.blocks)
+
+    def layer(x, layer_inputs):
+      layer_state, layer_cache = layer_inputs
+      block = nnx.merge(block_graphdef, layer_state)
+      return block(x, positions_BxT, segment_ids_BxT=segment_ids_BxT, cache=layer_cache)
+
+    x_BxTxE, new_cache = jax.lax.scan(layer, x_BxTxE, (block_state, cache))
+    x_BxTxE = self.final_norm(x_BxTxE)
+    if self.config.tie_embeddings:
+      logits = self.embed.attend(x_BxTxE)
+    else:
+      logits = jnp.einsum("bte,ev->btv", x_BxTxE, self.lm_head[...].astype(x_BxTxE.dtype),
+                          preferred_element_type=jnp.float32)
+    return logits.astype(jnp.float32), new_cache
+
+
+@functools.lru_cache(maxsize=32)
+def graphdef(config: ModelConfig):
+  """The (cached) NNX graph definition for `config`."""
+  return nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))[0]
+
+
+def abstract_params(config: ModelConfig):
+  """Params as a nested dict of `jax.ShapeDtypeStruct` (no allocation)."""
+  return jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+
+
+def param_logical_axes(config: ModelConfig):
+  """Nested dict, same structure as params, of logical axis-name tuples."""
+  abstract_model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+  state = nnx.split(abstract_model, nnx.Param)[1]
+
+  def axes(path, variable):
+    names = tuple(variable.get_metadata()["logical_axes"])
+    return ("layers",) + names if path[0] == "blocks" else names
+
+  flat = {path: axes(path, v) for path, v in nnx.to_flat_state(state)}
+  return nnx.State.from_flat_path(flat).to_pure_dict()
+
+
+def init_params(config: ModelConfig, rng):
+  """Freshly initialised params (nested dict of arrays)."""
+  model = Transformer(config, rngs=nnx.Rngs(params=rng))
+  return nnx.split(model, nnx.Param)[1].to_pure_dict()
+
+
+def default_positions(tokens_BxT):
+  return jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1], dtype=jnp.int32), tokens_BxT.shape)
+
+
+def apply(config: ModelConfig, params, tokens_BxT, *, positions=None, segment_ids=None):
+  """Pure forward pass: logits_BxTxV (float32).
+
+  Args:
+    config: the model config.
+    params: nested dict of arrays (from `init_params` or `hf.load`).
+    tokens_BxT: int32 token ids.
+    positions: optional [B, T] positions (default 0..T-1).
+    segment_ids: optional [B, T] packed-sequence ids.
+  """
+  positions = default_positions(tokens_BxT) if positions is None else positions
+  model = nnx.merge(graphdef(config), params)
+  logits, _ = model(tokens_BxT, positions, segment_ids_BxT=segment_ids)
+  return logits
+
+
+def init_cache(config: ModelConfig, batch_size: int, max_len: int, dtype=None):
+  """An empty KV cache: dict of [L, B, S, K, D] arrays."""
+  dtype = dtype or config.dtype
+  shape = (config.num_layers, batch_size, max_len, config.num_kv_heads, config.head_dim)
+  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+
+
+def apply_with_cache(config: ModelConfig, params, tokens_BxT, positions_BxT, cache):
+  """Forward that reads and writes the KV cache: (logits_BxTxV, new_cache).
+
+  With T > 1 this is a prefill from slot 0; with T == 1, one decode step that
+  writes slot positions_BxT[:, 0] and attends to slots <= it.
+  """
+  model = nnx.merge(graphdef(config), params)
+  return model(tokens_BxT, positions_BxT, cache=cache)

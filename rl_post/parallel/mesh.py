@@ -1,0 +1,44 @@
+"""Device meshes built from the config's `mesh` section."""
+
+from typing import Mapping
+
+import jax
+import numpy as np
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+def resolve_mesh_shape(axis_sizes: Mapping[str, int], num_devices: int) -> dict[str, int]:
+  """Fills one -1 entry so the product equals the device count.
+
+  Raises:
+    ValueError: naming the mesh field that is wrong.
+  """
+  unknown = sorted(set(axis_sizes) - set(MESH_AXES))
+  if unknown:
+    raise ValueError(f"mesh has unknown axes {unknown}; allowed {MESH_AXES}")
+  sizes = {name: int(axis_sizes.get(name, 1)) for name in MESH_AXES}
+  for name, size in sizes.items():
+    if size == 0 or size < -1:
+      raise ValueError(f"mesh.{name} must be a positive int or -1, got {size}")
+  free = [name for name, size in sizes.items() if size == -1]
+  if len(free) > 1:
+    raise ValueError(f"at most one mesh axis may be -1, got {free}")
+  fixed = int(np.prod([s for s in sizes.values() if s != -1]))
+  if free:
+    if num_devices % fixed:
+      raise ValueError(f"mesh axes {sizes} do not divide {num_devices} devices")
+    sizes[free[0]] = num_devices // fixed
+  elif fixed != num_devices:
+    raise ValueError(f"mesh {sizes} has {fixed} devices but {num_devices} are available")
+  return sizes
+
+
+def make_mesh(axis_sizes: Mapping[str, int], devices=None) -> jax.sharding.Mesh:
+  """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all)."""
+  devices = jax.devices() if devices is None else list(devices)
+  sizes = resolve_mesh_shape(axis_sizes, len(devices))
+  shape = tuple(sizes[name] for name in MESH_AXES)
+  return jax.make_mesh(shape, MESH_AXES,
+                       axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES),
+                       devices=devices)

@@ -1,0 +1,129 @@
+"""Supervised fine-tuning on generated demonstrations, response-only loss.
+
+Each step draws tasks from the mixture's "sft" stream (held-out tasks are
+excluded), renders each domain's reference response, and trains on the
+response tokens only. The final params are exported to `workdir/export`
+for the RL stage to start from.
+"""
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from rl_post import models
+from rl_post.checkpoint.manager import CheckpointManager
+from rl_post.checkpoint.params import save_params
+from rl_post.config_sections import check, from_section
+from rl_post.data import batching
+from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.metrics.timing import StepTimer
+from rl_post.metrics.writers import MetricWriter
+from rl_post.parallel import sharding
+from rl_post.rl.logprobs import token_logprobs_from_logits
+from rl_post.training import state as state_lib
+from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.run import setup_run
+from rl_post.training.step import jit_train_step, make_train_step
+
+EXPORT_DIR = "export"
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  """Attributes:
+    num_steps: optimizer steps.
+    batch_size: demonstrations per step.
+    max_len: token budget per example (longer ones are dropped and counted).
+    checkpoint_every: checkpoint period in steps.
+  """
+  num_steps: int = 500
+  batch_size: int = 64
+  max_len: int = 96
+  checkpoint_every: int = 100
+
+  def __post_init__(self):
+    check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
+    check(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
+    check(self.max_len > 1, "max_len", "must be > 1", self.max_len)
+    check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1", self.checkpoint_every)
+
+
+def make_sft_loss(model_config):
+  """Mean next-token cross-entropy over response tokens (mask == 1)."""
+
+  def loss_fn(params, batch, rng):
+    del rng
+    logits = models.apply(model_config, params, batch["tokens"])
+    logp_BxT, _ = token_logprobs_from_logits(logits, batch["tokens"])
+    mask = batch["mask"].astype(jnp.float32)
+    num_tokens = jnp.maximum(mask.sum(), 1.0)
+    loss = -(logp_BxT * mask).sum() / num_tokens
+    predicted = jnp.argmax(logits[:, :-1], axis=-1) == batch["tokens"][:, 1:]
+    accuracy = (predicted * mask[:, 1:]).sum() / num_tokens
+    return loss, {"token_accuracy": accuracy, "response_tokens": mask.sum()}
+
+  return loss_fn
+
+
+def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConfig):
+  """tokens/mask [batch_size, max_len] for SFT step `step`, plus #dropped."""
+  tasks = mixture.sample(step, sft.batch_size, stream="sft")
+  responses = [mixture.domain_of(t).demonstration(t) for t in tasks]
+  tokens, mask, dropped = batching.encode_demonstrations(
+      tokenizer, [t.prompt for t in tasks], responses, sft.max_len)
+  missing = sft.batch_size - tokens.shape[0]  # dropped rows become all-masked padding
+  tokens = np.pad(tokens, ((0, missing), (0, 0)), constant_values=tokenizer.pad_id)
+  mask = np.pad(mask, ((0, missing), (0, 0)))
+  return {"tokens": tokens, "mask": mask}, dropped
+
+
+def train(config, workdir: str) -> dict:
+  """Runs (or resumes) SFT; exports params to workdir/export."""
+  ctx = setup_run(config, workdir)
+  sft = from_section(SFTConfig, config.get("sft"), "sft")
+  tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
+  opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
+  if sft.batch_size % ctx.batch_divisor():
+    raise ValueError(f"sft.batch_size ({sft.batch_size}) must be a multiple of the mesh "
+                     f"batch axes ({ctx.batch_divisor()})")
+  mixture = TaskMixture(tasks, int(config.seed))
+  optimizer = make_optimizer(opt)
+  shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
+  batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in ("tokens", "mask")}
+  step_fn = jit_train_step(make_train_step(make_sft_loss(ctx.model_config), optimizer),
+                           shardings, batch_sharding)
+  state = state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
+                                       ctx.key("init"))
+  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=2)
+  if checkpoints.latest_step() is not None:
+    abstract = state_lib.abstract_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
+    state, _ = checkpoints.restore(abstract, fallback=True)
+    logging.info("resumed SFT at step %d", int(state.step))
+  start = int(state.step)
+  writer = MetricWriter(workdir, truncate_after_step=start)
+  timer = StepTimer()
+  metrics = {}
+  try:
+    for it in range(start, sft.num_steps):
+      with timer("step"):
+        batch, dropped = demonstration_batch(mixture, ctx.tokenizer, it, sft)
+        state, metrics = step_fn(state, jax.device_put(batch, batch_sharding))
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      metrics.update(timer.metrics(), **{"data/dropped_examples": dropped})
+      timer.reset()
+      done = it + 1
+      writer.write(done, metrics)
+      if done % 50 == 0 or done == sft.num_steps:
+        logging.info("sft step %d: loss %.4f acc %.3f", done, metrics["loss"],
+                     metrics["token_accuracy"])
+      if done % sft.checkpoint_every == 0 or done == sft.num_steps:
+        checkpoints.save(done, state, force=True)
+  finally:
+    checkpoints.close()
+    writer.close()
+  export = save_params(os.path.join(workdir, EXPORT_DIR), ctx.model_config, state.params)
+  return {"state": state, "metrics": metrics, "export_dir": export, "context": ctx}

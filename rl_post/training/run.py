@@ -1,0 +1,89 @@
+"""What every entry point does before its loop: workdir, config, mesh.
+
+`RunContext` gathers the pieces both trainers need so neither duplicates
+them: the resolved config written to `workdir/config.json`, the mesh and
+sharding rules, the model config and the tokenizer.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import ml_collections
+
+from rl_post.data.tokenizer import SentencePieceTokenizer
+from rl_post.models import ModelConfig
+from rl_post.parallel import mesh as mesh_lib
+from rl_post.parallel import sharding
+
+
+def config_to_json(config: ml_collections.ConfigDict) -> str:
+  return json.dumps(config.to_dict(), indent=2, sort_keys=True, default=repr)
+
+
+def write_config(workdir: str, config: ml_collections.ConfigDict):
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config_to_json(config))
+
+
+def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> ModelConfig:
+  """The `model` section as a ModelConfig; vocab_size defaults to the tokenizer's."""
+  values = dict(config.model.to_dict()) if "model" in config else {}
+  if values.get("vocab_size") in (None, 0) and tokenizer is not None:
+    values["vocab_size"] = tokenizer.vocab_size
+  try:
+    return ModelConfig.from_dict(values)
+  except TypeError as e:
+    raise ValueError(f"model: {e}") from None
+
+
+@dataclasses.dataclass
+class RunContext:
+  config: ml_collections.ConfigDict
+  workdir: str
+  mesh: jax.sharding.Mesh
+  rules: Any
+  tokenizer: SentencePieceTokenizer
+  model_config: ModelConfig
+  root_key: jax.Array
+
+  def key(self, stream: str) -> jax.Array:
+    """A named PRNG stream derived from the root key (stable across runs)."""
+    return jax.random.fold_in(self.root_key, _stable_hash(stream))
+
+  def batch_divisor(self) -> int:
+    """Batch sizes must be multiples of the mesh's batch axes."""
+    spec = sharding.batch_sharding(self.mesh, self.rules, 1).spec[0]
+    axes = (spec,) if isinstance(spec, str) else (spec or ())
+    size = 1
+    for axis in axes:
+      size *= self.mesh.shape[axis]
+    return size
+
+
+def _stable_hash(name: str) -> int:
+  return sum((i + 1) * ord(c) for i, c in enumerate(name)) % (2 ** 31)
+
+
+def setup_run(config: ml_collections.ConfigDict, workdir: str) -> RunContext:
+  """Validates the shared sections and writes workdir/config.json."""
+  if not workdir:
+    raise ValueError("--workdir is required")
+  for name in ("seed", "mesh", "tokenizer"):
+    if name not in config:
+      raise ValueError(f"config is missing the {name!r} section")
+  write_config(workdir, config)
+  rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
+  mesh = mesh_lib.make_mesh(dict(config.mesh))
+  sharding.validate_rules(rules, mesh.axis_names)
+  tokenizer = SentencePieceTokenizer(config.tokenizer.path)
+  model_config = model_config_from(config, tokenizer)
+  if model_config.vocab_size < tokenizer.vocab_size:
+    raise ValueError(f"model.vocab_size ({model_config.vocab_size}) is smaller than the "
+                     f"tokenizer's vocabulary ({tokenizer.vocab_size})")
+  return RunContext(config=config, workdir=workdir, mesh=mesh, rules=rules,
+                    tokenizer=tokenizer, model_config=model_config,
+                    root_key=jax.random.key(int(config.seed)))
