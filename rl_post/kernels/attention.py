@@ -84,6 +84,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, impl="auto"):
   zeros. "pallas" on CPU runs the kernel in interpret mode.
   """
   impl = resolve_impl(impl)
+  masking.validate_decode_shapes(q, k_cache, v_cache, lengths)
   if impl == "reference":
     return reference.reference_decode_attention(q, k_cache, v_cache, lengths)
   if impl == "xla":

@@ -72,3 +72,17 @@ def validate_shapes(q, k, v, segment_ids=None, sliding_window=None):
         f"{segment_ids.shape}")
   if sliding_window is not None and sliding_window < 1:
     raise ValueError(f"sliding_window must be >= 1, got {sliding_window}")
+
+
+def validate_decode_shapes(q, k_cache, v_cache, lengths):
+  """Raises ValueError with a clear message for inconsistent decode inputs."""
+  if k_cache.ndim != 4 or k_cache.shape != v_cache.shape:
+    raise ValueError(f"caches must both be [B, S, Hkv, D]; got "
+                     f"{k_cache.shape} and {v_cache.shape}")
+  if q.ndim != 3:
+    raise ValueError(f"decode q must be [B, H, D], got {q.shape}")
+  b, h, d = q.shape
+  if k_cache.shape[0] != b or k_cache.shape[3] != d or h % k_cache.shape[2]:
+    raise ValueError(f"q {q.shape} does not fit caches {k_cache.shape}")
+  if lengths.shape != (b,):
+    raise ValueError(f"lengths must be [batch]={(b,)}, got {lengths.shape}")

@@ -22,6 +22,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 
 from rl_post.kernels import block_math as bm
+from rl_post.kernels import masking
 
 # Enough programs to cover an H200's 132 SMs about twice.
 _TARGET_PROGRAMS = 264
@@ -79,15 +80,9 @@ def decode_attention(q, k_cache, v_cache, lengths, *, block_sizes=None,
   Returns:
     [B, H, D] in q's dtype; rows with length 0 are zeros.
   """
+  masking.validate_decode_shapes(q, k_cache, v_cache, lengths)
   b, h, d = q.shape
-  if k_cache.ndim != 4 or k_cache.shape != v_cache.shape:
-    raise ValueError(f"caches must both be [B, S, Hkv, D]; got "
-                     f"{k_cache.shape} and {v_cache.shape}")
-  _, s, h_kv, d_k = k_cache.shape
-  if k_cache.shape[0] != b or d_k != d or h % h_kv:
-    raise ValueError(f"q {q.shape} does not fit caches {k_cache.shape}")
-  if lengths.shape != (b,):
-    raise ValueError(f"lengths must be [batch]={(b,)}, got {lengths.shape}")
+  s, h_kv = k_cache.shape[1], k_cache.shape[2]
   blocks = block_sizes or DecodeBlockSizes()
   bk = min(blocks.block_k, bm.round_up(s, 8))
   blocks = dataclasses.replace(blocks, block_k=bk)
