@@ -25,8 +25,8 @@ from jax import lax
 
 from rl_post.kernels import masking
 
-DEFAULT_BLOCK_Q = 512
-DEFAULT_BLOCK_K = 512
+DEFAULT_BLOCK_Q = 256
+DEFAULT_BLOCK_K = 256
 
 
 @dataclasses.dataclass(frozen=True)
