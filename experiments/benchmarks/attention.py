@@ -202,11 +202,8 @@ def main(argv):
     max_run = _MAX_RUN_GB.value * 2 ** 30
     if spec["kind"] == "model":
       result = _measure_model(spec["seq_len"], max_run)
-    elif spec["kind"] == "attention":
-      result = _measure_attention(spec["impl"], spec["seq_len"], _REPEATS.value, max_run)
     else:
-      from gpu_attention import measure_gpu  # noqa: PLC0415
-      result = measure_gpu(spec)
+      result = _measure_attention(spec["impl"], spec["seq_len"], _REPEATS.value, max_run)
     print(json.dumps(result))
     return
   if _MODE.value == "gpu":

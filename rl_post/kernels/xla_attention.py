@@ -149,6 +149,17 @@ def _acc_dtype(dtype):
   return jnp.promote_types(dtype, jnp.float32)
 
 
+def _tie(q, pos):
+  """Makes the masks depend on q, so they are never hoisted out of loops.
+
+  Inside a differentiated `lax.scan` (the model's layer loop), JAX moves
+  loop-invariant work out of the loop body and keeps its results for every
+  inner iteration. Masks depend only on positions, so without this the
+  [q blocks, k blocks, bq, bk] mask stack -- quadratic memory -- is saved.
+  """
+  return lax.optimization_barrier((q, pos))
+
+
 def _dot(spec, a, b):
   return jnp.einsum(spec, a, b, preferred_element_type=_acc_dtype(a.dtype))
 
@@ -165,6 +176,7 @@ def attention_fwd(q, k, v, pos, cfg):
     masking.NEG_INF on rows that see no key).
   """
   t, d = q.shape[3], q.shape[4]
+  q, pos = _tie(q, pos)
   q, k, v, pos, bq, bk = _pad_inputs(q, k, v, pos, cfg)
   nq, nk = q.shape[3] // bq, k.shape[2] // bk
   plan = _plan(pos, bq, bk)
@@ -222,6 +234,7 @@ def attention_bwd(q, k, v, pos, cfg, do, lse, delta):
     (dq, dk, dv) in float32 (float64 for float64 inputs), shaped like q, k, v.
   """
   t, s_len, d = q.shape[3], k.shape[2], q.shape[4]
+  q, pos = _tie(q, pos)
   q, k, v, pos, bq, bk = _pad_inputs(q, k, v, pos, cfg)
   tp = q.shape[3]
   do = _pad_axis(do, 3, tp, 0)

@@ -46,6 +46,24 @@ def test_memory_is_linear_in_sequence():
   assert extra < quadratic / 8, (extra, quadratic)
 
 
+def test_memory_stays_linear_inside_a_differentiated_scan():
+  """Regression: in a model's layer scan, loop-invariant masks were hoisted
+  out of the loop and stored for every block pair (quadratic memory)."""
+  t = 4096
+  q_spec = jax.ShapeDtypeStruct((1, t, 4, 32), jnp.float32)
+  kv_spec = jax.ShapeDtypeStruct((1, t, 2, 32), jnp.float32)
+
+  def loss(q, k, v):
+    def layer(c, _):
+      return c + xla_attention.xla_flash_attention(q * c, k * c, v).sum(), None
+    return jax.lax.scan(layer, 1.0, None, length=2)[0]
+
+  mem = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(
+      q_spec, kv_spec, kv_spec).compile().memory_analysis()
+  one_score_tensor = 4 * t * t * 4
+  assert mem.temp_size_in_bytes < one_score_tensor / 8
+
+
 def test_decode_matches_reference(rng):
   from rl_post.kernels import reference
   q = jnp.asarray(rng.normal(size=(3, 4, 8)), jnp.float32)
