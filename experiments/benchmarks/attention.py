@@ -8,7 +8,9 @@ our XLA path vs naive full-matrix attention vs `jax.nn.dot_product_attention`:
 Each (impl, length) runs in a fresh subprocess. Memory is reported two ways:
 `compiled_mb` = XLA's `memory_analysis()` temp + output bytes of the jitted
 step (exact, needs no execution), and `rss_peak_mb` = peak resident memory
-above the pre-run level, sampled every 2 ms while the step runs. A step whose
+above the pre-run level, sampled every 1 ms during the first run (later
+runs reuse pages the allocator holds). Times are the best of --repeats runs
+after that first one. A step whose
 compiled size exceeds --max_run_gb is compiled but not run.
 
 The tiny model (4 layers, E=128, 4 heads / 2 KV heads of 32) forward+backward
@@ -54,26 +56,36 @@ def _rss_bytes():
     return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _timed_with_peak(fn, repeats):
-  """(best seconds, peak RSS above the starting level in bytes)."""
+def _peak_rss_during(fn):
+  """Runs fn once; returns peak RSS above the level before it, in bytes.
+
+  Call on the first execution: later runs reuse pages the allocator already
+  holds, which would hide the step's footprint.
+  """
   import jax
   base, peak, done = _rss_bytes(), [0], threading.Event()
 
   def sample():
     while not done.is_set():
       peak[0] = max(peak[0], _rss_bytes())
-      time.sleep(0.002)
+      time.sleep(0.001)
 
   thread = threading.Thread(target=sample, daemon=True)
   thread.start()
+  jax.block_until_ready(fn())
+  done.set()
+  thread.join()
+  return max(peak[0], _rss_bytes()) - base
+
+
+def _best_time(fn, repeats):
+  import jax
   best = math.inf
   for _ in range(repeats):
     start = time.perf_counter()
     jax.block_until_ready(fn())
     best = min(best, time.perf_counter() - start)
-  done.set()
-  thread.join()
-  return best, max(peak[0], _rss_bytes()) - base
+  return best
 
 
 def _compiled_bytes(compiled):
@@ -120,9 +132,10 @@ def _measure_attention(impl, seq_len, repeats, max_run_bytes):
   if _compiled_bytes(compiled) > max_run_bytes:
     result.update(ran=False, note="compiled size over --max_run_gb: not run")
     return result
-  jax.block_until_ready(compiled(q, k, v, do))  # warm-up
-  seconds, peak = _timed_with_peak(lambda: compiled(q, k, v, do), repeats)
-  return dict(result, ran=True, seconds=seconds, rss_peak_mb=peak / MB)
+  run = lambda: compiled(q, k, v, do)
+  peak = _peak_rss_during(run)  # first run doubles as the warm-up
+  return dict(result, ran=True, seconds=_best_time(run, repeats),
+              rss_peak_mb=peak / MB)
 
 
 def _measure_model(tokens, max_run_bytes):
@@ -147,8 +160,11 @@ def _measure_model(tokens, max_run_bytes):
                 dense_attention_compiled_mb=_compiled_bytes(dense) / MB)
   if _compiled_bytes(compiled) > max_run_bytes:
     return dict(result, ran=False)
-  seconds, peak = _timed_with_peak(lambda: compiled(params, tokens_BxT), 1)
-  return dict(result, ran=True, seconds=seconds, rss_peak_mb=peak / MB)
+  run = lambda: compiled(params, tokens_BxT)
+  start = time.perf_counter()
+  peak = _peak_rss_during(run)
+  return dict(result, ran=True, seconds=time.perf_counter() - start,
+              rss_peak_mb=peak / MB)
 
 
 def _model_loss(config, params, tokens_BxT):

@@ -26,6 +26,9 @@ from rl_post.kernels import masking
 
 # Enough programs to cover an H200's 132 SMs about twice.
 _TARGET_PROGRAMS = 264
+# K and V blocks are double-buffered in VMEM: 4 x 2 MiB stays well inside
+# the default scoped VMEM limit of every TPU generation.
+_TPU_BLOCK_BYTES = 2 * 2 ** 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,11 +40,8 @@ class DecodeBlockSizes:
   num_stages: int = 2
 
 
-def _kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k):
-  split_len = k_ref.shape[0]
-  start = pl.program_id(2) * split_len
-  length = len_ref[()]
-  q = q_ref[...]
+def _one_head(q, k_at, v_at, length, start, split_len, block_k):
+  """Partial attention of q [rows, D] over one split of one KV head."""
   rows, head_dim = q.shape
   n_blocks = jnp.clip(lax.div(length - start + block_k - 1, block_k), 0,
                       split_len // block_k)
@@ -50,13 +50,36 @@ def _kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k):
     ks = pl.ds(j * block_k, block_k)
     mask = bm.tile_mask(0, start + j * block_k, (rows, block_k), causal=False,
                         sliding_window=None, kv_len=length)
-    return bm.online_softmax_step(q, k_ref[ks, :], v_ref[ks, :], carry, mask,
+    return bm.online_softmax_step(q, k_at(ks), v_at(ks), carry, mask,
                                   1.0 / math.sqrt(head_dim))
 
-  carry = lax.fori_loop(0, n_blocks, body, bm.zero_carry(rows, head_dim))
-  out, lse = bm.finalize(*carry)
+  return bm.finalize(*lax.fori_loop(0, n_blocks, body,
+                                    bm.zero_carry(rows, head_dim)))
+
+
+def _gpu_kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k):
+  """Grid (B, Hkv, splits); refs: q [rows, D], k/v [split, D], len scalar."""
+  split_len = k_ref.shape[0]
+  out, lse = _one_head(q_ref[...], lambda ks: k_ref[ks, :],
+                       lambda ks: v_ref[ks, :], len_ref[()],
+                       pl.program_id(2) * split_len, split_len, block_k)
   o_ref[...] = out
   lse_ref[...] = lse
+
+
+def _tpu_kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k):
+  """Grid (B, splits); refs: q [Hkv, rows, D], k/v [split, Hkv, D], lengths
+  [B] in SMEM. All KV heads share one block: Mosaic tiles the last two dims
+  (Hkv, D) of the cache as is, so the cache is never transposed."""
+  split_len, h_kv = k_ref.shape[0], k_ref.shape[1]
+  length = len_ref[pl.program_id(0)]
+  start = pl.program_id(1) * split_len
+  for kh in range(h_kv):
+    out, lse = _one_head(q_ref[kh], lambda ks, kh=kh: k_ref[ks, kh, :],
+                         lambda ks, kh=kh: v_ref[ks, kh, :], length, start,
+                         split_len, block_k)
+    o_ref[kh] = out
+    lse_ref[kh] = lse
 
 
 def _num_splits(blocks, batch, h_kv, max_len):
@@ -68,6 +91,17 @@ def _num_splits(blocks, batch, h_kv, max_len):
   return want
 
 
+def _tpu_splits(blocks, max_len, bytes_per_token):
+  """Fewest splits whose K (or V) block stays under _TPU_BLOCK_BYTES of VMEM."""
+  n_tiles = max_len // blocks.block_k
+  splits = blocks.num_splits or 1
+  while splits < n_tiles and (
+      n_tiles % splits or
+      max_len // splits * bytes_per_token > _TPU_BLOCK_BYTES):
+    splits += 1
+  return splits
+
+
 def decode_attention(q, k_cache, v_cache, lengths, *, block_sizes=None,
                      platform="gpu", interpret=False):
   """Pallas decode attention; args and semantics as the public contract.
@@ -75,7 +109,8 @@ def decode_attention(q, k_cache, v_cache, lengths, *, block_sizes=None,
   Args:
     q: [B, H, D]; k_cache, v_cache: [B, S, Hkv, D]; lengths: [B] int.
     block_sizes: `DecodeBlockSizes`.
-    platform: "gpu" (Triton) or "tpu" (Mosaic: lengths live in SMEM).
+    platform: "gpu" (Triton: one program per KV head and split) or "tpu"
+      (Mosaic: one program per split holding all KV heads; lengths in SMEM).
     interpret: run the kernel on CPU.
   Returns:
     [B, H, D] in q's dtype; rows with length 0 are zeros.
@@ -91,34 +126,43 @@ def decode_attention(q, k_cache, v_cache, lengths, *, block_sizes=None,
     v_cache = bm.pad_to(v_cache, 1, bm.round_up(s, bk))
   s_pad = k_cache.shape[1]
   group = h // h_kv
-  rows = max(blocks.min_rows, group)
-  splits = _num_splits(blocks, b, h_kv, s_pad)
+  rows = max(blocks.min_rows if platform == "gpu" else 8, group)
+  if platform == "tpu":
+    splits = _tpu_splits(blocks, s_pad, h_kv * d * k_cache.dtype.itemsize)
+  else:
+    splits = _num_splits(blocks, b, h_kv, s_pad)
   split_len = s_pad // splits
   q4 = bm.pad_to(q.reshape(b, h_kv, group, d), 2, rows)
 
-  kv_spec = pl.BlockSpec((None, split_len, None, d),
-                         lambda b_, kh, sp: (b_, sp, kh, 0))
+  out_shape = [jax.ShapeDtypeStruct((b, h_kv, splits, rows, d), jnp.float32),
+               jax.ShapeDtypeStruct((b, h_kv, splits, rows, 1), jnp.float32)]
   if platform == "tpu":
-    len_spec = pl.BlockSpec((None,), lambda b_, kh, sp: (b_,),
-                            memory_space=pltpu.SMEM)
-    params = pltpu.CompilerParams(
-        dimension_semantics=("parallel", "parallel", "parallel"))
+    grid = (b, splits)
+    kernel = _tpu_kernel
+    q_spec = pl.BlockSpec((None, h_kv, rows, d), lambda b_, sp: (b_, 0, 0, 0))
+    kv_spec = pl.BlockSpec((None, split_len, h_kv, d),
+                           lambda b_, sp: (b_, sp, 0, 0))
+    len_spec = pl.BlockSpec(memory_space=pltpu.SMEM)
+    out_specs = [pl.BlockSpec((None, h_kv, None, rows, w),
+                              lambda b_, sp: (b_, 0, sp, 0, 0)) for w in (d, 1)]
+    params = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"))
   else:
+    grid = (b, h_kv, splits)
+    kernel = _gpu_kernel
+    q_spec = pl.BlockSpec((None, None, rows, d), lambda b_, kh, sp: (b_, kh, 0, 0))
+    kv_spec = pl.BlockSpec((None, split_len, None, d),
+                           lambda b_, kh, sp: (b_, sp, kh, 0))
     len_spec = pl.BlockSpec((None,), lambda b_, kh, sp: (b_,))
+    out_specs = [pl.BlockSpec((None, None, None, rows, w),
+                              lambda b_, kh, sp: (b_, kh, sp, 0, 0)) for w in (d, 1)]
     params = plgpu.CompilerParams(num_warps=blocks.num_warps,
                                   num_stages=blocks.num_stages)
   out, lse = pl.pallas_call(
-      functools.partial(_kernel, block_k=bk),
-      grid=(b, h_kv, splits),
-      in_specs=[pl.BlockSpec((None, None, rows, d), lambda b_, kh, sp: (b_, kh, 0, 0)),
-                kv_spec, kv_spec, len_spec],
-      out_specs=[
-          pl.BlockSpec((None, None, None, rows, d),
-                       lambda b_, kh, sp: (b_, kh, sp, 0, 0)),
-          pl.BlockSpec((None, None, None, rows, 1),
-                       lambda b_, kh, sp: (b_, kh, sp, 0, 0))],
-      out_shape=[jax.ShapeDtypeStruct((b, h_kv, splits, rows, d), jnp.float32),
-                 jax.ShapeDtypeStruct((b, h_kv, splits, rows, 1), jnp.float32)],
+      functools.partial(kernel, block_k=bk),
+      grid=grid,
+      in_specs=[q_spec, kv_spec, kv_spec, len_spec],
+      out_specs=out_specs,
+      out_shape=out_shape,
       compiler_params=params,
       interpret=interpret,
       name="rl_post_decode_attention",

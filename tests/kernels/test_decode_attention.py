@@ -37,6 +37,8 @@ def test_split_count_tiles_the_cache():
   assert pallas_decode._num_splits(blocks, 1, 8, 32768) == 32  # fills GPU
   assert pallas_decode._num_splits(blocks, 64, 8, 32768) == 1
   assert pallas_decode._num_splits(blocks, 1, 1, 384) == 3
+  # TPU: K block of split x Hkv=8 x D=128 bf16 within 2 MiB.
+  assert pallas_decode._tpu_splits(blocks, 32768, 8 * 128 * 2) == 32
 
 
 def test_bad_inputs():
