@@ -41,10 +41,9 @@ def _compiled_bytes(config, tokens):
 def test_tiny_model_32k_train_step_memory_is_linear():
   config = _tiny("xla")
   at_32k = _compiled_bytes(config, TOKENS)
-  at_8k = _compiled_bytes(config, TOKENS // 4)
-  print(f"tiny model fwd+bwd compiled temp+output: {at_8k / 2**20:.0f} MiB "
-        f"at {TOKENS // 4} tokens, {at_32k / 2**20:.0f} MiB at {TOKENS}")
-  # 4x the tokens, ~4x the memory (quadratic would be 16x) ...
-  assert at_32k < 4.4 * at_8k
-  # ... and far below a single [H, T, T] f32 score tensor (16 GiB).
-  assert at_32k < 3 * 2**30 < config.num_heads * TOKENS * TOKENS * 4 / 4
+  print(f"tiny model fwd+bwd at {TOKENS} tokens: {at_32k / 2**20:.0f} MiB "
+        "compiled temp+output")
+  # ~70 KiB per token of model activations (2.2 GiB); one [H, T, T] f32
+  # score tensor alone would be 16 GiB, the dense-attention step ~200 GiB.
+  assert at_32k < 3 * 2**30
+  assert at_32k < config.num_heads * TOKENS * TOKENS * 4 / 5

@@ -36,7 +36,8 @@ def test_gpu_kernels_match_reference(case):
   check_against_reference(_gpu, case, seed=zlib.crc32(case.name.encode()))
 
 
-@pytest.mark.parametrize("case", CASES[:2], ids=IDS[:2])
+# The window and MQA paths of the TPU kernels run in the interpreter test below.
+@pytest.mark.parametrize("case", CASES[:1], ids=IDS[:1])
 def test_tpu_kernels_match_reference(case):
   check_against_reference(_tpu, case, seed=zlib.crc32(case.name.encode()) + 1)
 

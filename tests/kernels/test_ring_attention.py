@@ -44,4 +44,4 @@ def test_ring_attention_on_8_devices_matches_reference():
           "ring_attention_check.py"))],
       env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert proc.stdout.count("ok ") == 3, proc.stdout
+  assert proc.stdout.count("ok ") == 2, proc.stdout
