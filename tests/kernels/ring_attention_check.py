@@ -12,23 +12,24 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from rl_post.kernels import reference  # noqa: E402
 from rl_post.parallel import ring_attention as ra  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-# (layout, mesh shape, mesh axes, batch axis, segments, window)
+# (layout, mesh shape, mesh axes, axis type, batch axis, segments, window)
 CASES = [
-    ("zigzag", (8,), ("context",), None, True, 21),
-    ("striped", (2, 4), ("data", "context"), "data", True, None),
+    ("zigzag", (8,), ("context",), AxisType.Explicit, None, True, 21),
+    ("striped", (2, 4), ("data", "context"), AxisType.Auto, "data", True, None),
 ]
 
 
-def check(layout, mesh_shape, axes, batch_axis, segments, window, seed):
+def check(layout, mesh_shape, axes, axis_type, batch_axis, segments, window,
+          seed):
   assert len(jax.devices()) == 8
-  mesh = jax.make_mesh(mesh_shape, axes)
+  mesh = jax.make_mesh(mesh_shape, axes, axis_types=(axis_type,) * len(axes))
   rng = np.random.default_rng(seed)
   b, t, h, kvh, d = 2, 64, 4, 2, 8
   draw = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)
@@ -45,7 +46,9 @@ def check(layout, mesh_shape, axes, batch_axis, segments, window, seed):
         q[:, perm], k[:, perm], v[:, perm], mesh=mesh, layout=layout,
         segment_ids=None if seg is None else seg[:, perm],
         sliding_window=window, batch_axis=batch_axis)
-    return jax.sharding.reshard(out, replicated)[:, inv]
+    if axis_type == AxisType.Explicit:
+      out = jax.sharding.reshard(out, replicated)
+    return out[:, inv]
 
   def dense(q, k, v):
     return reference.reference_attention(q, k, v, segment_ids=seg,
@@ -60,7 +63,7 @@ def check(layout, mesh_shape, axes, batch_axis, segments, window, seed):
   for name, got, want in zip(("out", "dq", "dk", "dv"), *results):
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4,
                                err_msg=f"{layout}: {name}")
-  print(f"ok {layout} mesh={dict(mesh.shape)}", flush=True)
+  print(f"ok {layout} mesh={dict(mesh.shape)} {axis_type}", flush=True)
 
 
 def main():
