@@ -16,6 +16,7 @@ from rl_post.tasks import registry
 from rl_post.tasks.base import Domain, Task
 
 _STREAMS = {"train": 0, "heldout": 1, "sft": 2}
+_MAX_REDRAWS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,7 @@ class TaskConfig:
     check(len(self.difficulties) > 0, "difficulties", "must not be empty", self.difficulties)
     check(self.heldout_size >= 0, "heldout_size", "must be >= 0", self.heldout_size)
     for name in self.domains:
-      if name not in registry.available():
+      if not registry.is_known(name):
         raise ValueError(f"domains has unknown domain {name!r}; "
                          f"registered: {registry.available()}")
 
@@ -58,6 +59,10 @@ class TaskMixture:
         name: registry.make_domain(name, config.domain_options.get(name))
         for name in config.domains}
     for name, domain in self.domains.items():
+      if domain.name != name:
+        raise ValueError(f"domain {name!r} must set name = {name!r} (got {domain.name!r}): "
+                         "tasks are routed to verifiers by this name")
+    for name, domain in self.domains.items():
       bad = [d for d in config.difficulties if d not in domain.difficulty_levels]
       if bad:
         raise ValueError(f"difficulties {bad} are not levels of domain {name!r} "
@@ -69,13 +74,25 @@ class TaskMixture:
   def _draw(self, stream: int, step: int, n: int, exclude: frozenset) -> list[Task]:
     rng = np.random.default_rng([self.seed, stream, step])
     tasks = []
-    while len(tasks) < n:
+    for _ in range(n):
       name = self.config.domains[int(rng.choice(len(self._probs), p=self._probs))]
       difficulty = self.config.difficulties[int(rng.integers(len(self.config.difficulties)))]
+      tasks.append(self._fresh_task(rng, name, difficulty, exclude))
+    return tasks
+
+  def _fresh_task(self, rng, name: str, difficulty: int, exclude: frozenset) -> Task:
+    """A task of this domain and difficulty that is not excluded.
+
+    Redrawing at the same level keeps the difficulty mix of training batches
+    equal to the configured one even when a small level (1-digit sums) is
+    largely taken by the held-out set.
+    """
+    for _ in range(_MAX_REDRAWS):
       task = self.domains[name].generate(rng, difficulty)
       if task.task_id not in exclude:
-        tasks.append(task)
-    return tasks
+        return task
+    raise ValueError(f"domain {name!r} difficulty {difficulty}: no task outside the held-out "
+                     f"set in {_MAX_REDRAWS} draws; lower tasks.heldout_size")
 
   def sample(self, step: int, n: int, stream: str = "train") -> list[Task]:
     """The n tasks of batch `step`; never contains a held-out task."""

@@ -30,7 +30,8 @@ class RMSNorm(nnx.Module):
   def __call__(self, x):
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (normed * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+    scale = self.scale[...].astype(jnp.float32).reshape((1,) * (x.ndim - 1) + (-1,))
+    return (normed * scale).astype(x.dtype)
 
 
 class Embed(nnx.Module):
@@ -91,7 +92,7 @@ class Attention(nnx.Module):
   def _project(self, x_BxTxE, kernel, bias):
     out = jnp.einsum("bte,ehd->bthd", x_BxTxE, kernel[...].astype(self.dtype))
     if bias is not None:
-      out = out + bias[...].astype(self.dtype)
+      out = out + bias[...].astype(self.dtype)[None, None]
     return out
 
   def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None):

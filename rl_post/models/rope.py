@@ -27,7 +27,7 @@ def inverse_frequencies(head_dim: int, theta: float,
 
 def apply_rope(x_BxTxHxD, positions_BxT, inv_freq):
   """Rotates pairs (x[..., i], x[..., i + D/2]) by position * inv_freq[i]."""
-  angles_BxTxF = positions_BxT[..., None].astype(jnp.float32) * inv_freq
+  angles_BxTxF = positions_BxT[..., None].astype(jnp.float32) * inv_freq[None, None, :]
   sin = jnp.sin(angles_BxTxF)[:, :, None, :]
   cos = jnp.cos(angles_BxTxF)[:, :, None, :]
   x = x_BxTxHxD.astype(jnp.float32)

@@ -80,13 +80,13 @@ def param_logical_axes(config: ModelConfig):
     return ("layers",) + names if path[0] == "blocks" else names
 
   flat = {path: axes(path, v) for path, v in nnx.to_flat_state(state)}
-  return nnx.State.from_flat_path(flat).to_pure_dict()
+  return nnx.to_pure_dict(nnx.from_flat_state(flat))
 
 
 def init_params(config: ModelConfig, rng):
   """Freshly initialised params (nested dict of arrays)."""
   model = Transformer(config, rngs=nnx.Rngs(params=rng))
-  return nnx.split(model, nnx.Param)[1].to_pure_dict()
+  return nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
 
 
 def default_positions(tokens_BxT):

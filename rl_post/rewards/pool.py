@@ -18,20 +18,32 @@ from rl_post.rewards.scoring import RewardBatch, RewardConfig, combine, verify_a
 from rl_post.tasks.base import Task, Verdict
 
 
+def _warm_up() -> bool:
+  """Runs in each new worker: imports the verifiers once."""
+  from rl_post.tasks import registry  # noqa: F401
+  return True
+
+
 class RewardPool:
   """Scores (task, completion) pairs in worker processes."""
 
-  def __init__(self, config: RewardConfig, domain_options=None):
+  def __init__(self, config: RewardConfig, domain_options=None, startup_timeout_s: float = 300):
     self.config = config
     self.domain_options = {k: dict(v) for k, v in (domain_options or {}).items()}
+    self.startup_timeout_s = startup_timeout_s
     self._executor = self._new_executor()
     self.timeouts = 0
 
   def _new_executor(self):
+    """A started pool: worker start-up (imports) never counts against timeout_s."""
     if self.config.num_workers == 0:
       return None
-    return cf.ProcessPoolExecutor(self.config.num_workers,
-                                  mp_context=multiprocessing.get_context("spawn"))
+    executor = cf.ProcessPoolExecutor(self.config.num_workers,
+                                      mp_context=multiprocessing.get_context("spawn"))
+    warmups = [executor.submit(_warm_up) for _ in range(self.config.num_workers)]
+    for future in warmups:
+      future.result(timeout=self.startup_timeout_s)
+    return executor
 
   def _chunks(self, n):
     k = max(self.config.num_workers, 1)

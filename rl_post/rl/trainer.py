@@ -62,6 +62,7 @@ def _rollout_metrics(tasks_N, reward_batch, rollout, rl: GRPOConfig) -> dict:
   metrics = {
       "reward/mean": rewards.mean(), "reward/std": rewards.std(),
       "reward/errors": reward_batch.errors,
+      "reward/timeout_frac": float(np.mean([v.error == "timeout" for v in reward_batch.verdicts])),
       "groups/zero_std_frac": float((groups.std(axis=1) == 0).mean()),
       "response_len/mean": rollout.response_lens_B.mean(),
       "response_len/max": rollout.response_lens_B.max(),
@@ -110,14 +111,18 @@ class _Components:
 
 
 def _evaluate_heldout(c: _Components, params, step: int) -> dict:
+  """Held-out completion rate, greedy and sampled at the training temperature."""
   if not c.mixture.heldout:
     return {}
-  result = evaluate(c.ctx.model_config, params, c.ctx.tokenizer, c.mixture.heldout,
-                    sampling=c.eval_sampling, max_prompt_len=c.rl.max_prompt_len,
-                    batch_size=c.rl.rollouts_per_step, rng=jax.random.fold_in(
-                        c.ctx.key("eval"), step),
-                    shard=c.shard, domain_options=c.tasks.domain_options)
-  return eval_metrics(result)
+  metrics = {}
+  for prefix, sampling in (("eval", c.eval_sampling), ("eval_sampled", c.sampling)):
+    result = evaluate(c.ctx.model_config, params, c.ctx.tokenizer, c.mixture.heldout,
+                      sampling=sampling, max_prompt_len=c.rl.max_prompt_len,
+                      batch_size=c.rl.rollouts_per_step,
+                      rng=jax.random.fold_in(c.ctx.key("eval"), step), shard=c.shard,
+                      domain_options=c.tasks.domain_options)
+    metrics.update(eval_metrics(result, prefix))
+  return metrics
 
 
 def _minibatches(batch: dict, rl: GRPOConfig, key) -> list[dict]:

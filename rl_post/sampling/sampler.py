@@ -76,7 +76,7 @@ def generate(params, prompts_BxP, prompt_lens_B, rng, *, model_config, config: S
   total_len = prompt_len + config.max_new_tokens
   rows_B = jnp.arange(batch)
   tokens_BxT = jnp.full((batch, total_len), pad_id, jnp.int32).at[:, :prompt_len].set(
-      jnp.where(jnp.arange(prompt_len) < prompt_lens_B[:, None], prompts_BxP, pad_id))
+      jnp.where(jnp.arange(prompt_len)[None, :] < prompt_lens_B[:, None], prompts_BxP, pad_id))
   cache = models.init_cache(model_config, batch, total_len)
   positions_BxP = jnp.broadcast_to(jnp.arange(prompt_len, dtype=jnp.int32), prompts_BxP.shape)
   logits_BxPxV, cache = models.apply_with_cache(model_config, params, prompts_BxP,

@@ -1,5 +1,11 @@
-"""Name -> Domain construction; the one place domains are looked up."""
+"""Name -> Domain construction; the one place domains are looked up.
 
+A name is either a registered one ("arithmetic") or an import path
+"package.module:ClassName" of a Domain subclass, so user-defined domains
+also load inside the reward worker processes without registration code.
+"""
+
+import importlib
 from typing import Any, Callable, Mapping
 
 from rl_post.tasks.arithmetic import Arithmetic
@@ -15,10 +21,33 @@ def register(name: str, factory: Callable[..., Domain]):
   _FACTORIES[name] = factory
 
 
+def _import_factory(path: str) -> Callable[..., Domain]:
+  module_name, _, attr = path.partition(":")
+  try:
+    factory = getattr(importlib.import_module(module_name), attr)
+  except (ImportError, AttributeError) as e:
+    raise ValueError(f"cannot import domain {path!r}: {e}") from None
+  if not (isinstance(factory, type) and issubclass(factory, Domain)):
+    raise ValueError(f"domain {path!r} is not a Domain subclass")
+  return factory
+
+
+def is_known(name: str) -> bool:
+  return name in _FACTORIES or ":" in name
+
+
 def make_domain(name: str, options: Mapping[str, Any] | None = None) -> Domain:
-  if name not in _FACTORIES:
-    raise ValueError(f"unknown domain {name!r}; registered: {sorted(_FACTORIES)}")
-  return _FACTORIES[name](**dict(options or {}))
+  if ":" in name:
+    factory = _import_factory(name)
+  elif name in _FACTORIES:
+    factory = _FACTORIES[name]
+  else:
+    raise ValueError(f"unknown domain {name!r}; registered: {sorted(_FACTORIES)} "
+                     "(or use 'module:Class')")
+  domain = factory(**dict(options or {}))
+  if domain.name != name and ":" not in name:
+    raise ValueError(f"domain factory {name!r} built a domain named {domain.name!r}")
+  return domain
 
 
 def available() -> list[str]:

@@ -24,8 +24,8 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
         state.params, batch, rng)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads),
-                   update_norm=optax.global_norm(updates))
+    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads),
+                   update_norm=optax.tree.norm(updates))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step

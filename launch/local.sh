@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs any entry point on this machine, optionally on N fake CPU devices
+# (to try a mesh without accelerators).
+#   launch/local.sh experiments/train_rl.py --config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/x
+#   launch/local.sh --devices=8 experiments/train_rl.py --config=configs/grpo_arithmetic.py:tiny \
+#       --workdir=/tmp/x --config.mesh.data=2 --config.mesh.fsdp=2 --config.mesh.tensor=2
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ "${1:-}" == --devices=* ]]; then
+  export XLA_FLAGS="--xla_force_host_platform_device_count=${1#--devices=} ${XLA_FLAGS:-}"
+  export JAX_PLATFORMS=cpu
+  shift
+fi
+PY=python3
+[ -x .venv/bin/python ] && PY=.venv/bin/python
+exec "$PY" "$@"

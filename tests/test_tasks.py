@@ -1,0 +1,66 @@
+"""Arithmetic domain: generator, demonstrations, extractor, verifier."""
+
+import numpy as np
+import pytest
+
+from rl_post.tasks import registry
+from rl_post.tasks.arithmetic import Arithmetic, column_steps
+from rl_post.tasks.base import extract_answer
+
+
+@pytest.fixture
+def domain():
+  return Arithmetic(max_difficulty=5)
+
+
+def test_generator_respects_difficulty_and_demonstrations_verify(domain):
+  rng = np.random.default_rng(0)
+  for difficulty in domain.difficulty_levels:
+    for _ in range(200):
+      task = domain.generate(rng, difficulty)
+      a, b, op = task.metadata["a"], task.metadata["b"], task.metadata["op"]
+      assert len(str(a)) == difficulty and len(str(b)) <= difficulty
+      assert task.target == (a + b if op == "+" else a - b) and task.target >= 0
+      verdict = domain.verify(task, domain.demonstration(task))
+      assert verdict.correct and verdict.format_ok and verdict.error is None
+
+
+def test_column_steps_hand_written():
+  assert column_steps(472, 389, "+") == ["2+9+0=1,1", "7+8+1=6,1", "4+3+1=8,0"]
+  assert column_steps(95, 7, "+") == ["5+7+0=2,1", "9+0+1=0,1", "0+0+1=1,0"]
+  assert column_steps(302, 17, "-") == ["2-7-0=5,1", "0-1-1=8,1", "3-0-1=2,0"]
+
+
+def test_extract_answer_takes_last():
+  assert extract_answer("<answer>1</answer> x <answer> 22 </answer>") == "22"
+  assert extract_answer("no tags") is None
+  assert extract_answer("<answer>unterminated") is None
+
+
+@pytest.mark.parametrize("completion,correct,format_ok,error", [
+    ("<think>x</think>\n<answer>861</answer>", True, True, None),
+    ("<answer>861</answer>", True, False, None),                       # right, no reasoning
+    ("<think>x</think>\n<answer>862</answer>", False, True, None),     # wrong
+    ("<think>x</think>\n<answer>8 61</answer>", False, True, "answer is not an integer"),
+    ("<think>x</think> 861", False, False, "no <answer> tag"),
+    ("<answer>" + "9" * 300 + "</answer>", False, False, "answer too long"),
+    ("<think></think><answer>861</answer><answer>1</answer>", False, False, None),
+    ("\x00<answer>861\x00</answer>", False, False, "answer is not an integer"),
+])
+def test_verifier_right_wrong_malformed(domain, completion, correct, format_ok, error):
+  task = domain.generate(np.random.default_rng(0), 3)
+  task = type(task)(task_id="t", domain="arithmetic", prompt="What is 472+389?", difficulty=3,
+                    target=861, metadata={"a": 472, "b": 389, "op": "+"})
+  verdict = domain.verify(task, completion)
+  assert (verdict.correct, verdict.format_ok, verdict.error) == (correct, format_ok, error)
+
+
+def test_bad_domain_options_and_names():
+  with pytest.raises(ValueError, match="max_difficulty must be in"):
+    Arithmetic(max_difficulty=0)
+  with pytest.raises(ValueError, match="operations must be a non-empty subset"):
+    Arithmetic(operations="*")
+  with pytest.raises(ValueError, match="unknown domain 'algebra'"):
+    registry.make_domain("algebra")
+  with pytest.raises(ValueError, match="difficulty must be one of"):
+    Arithmetic(max_difficulty=2).generate(np.random.default_rng(0), 3)
