@@ -24,6 +24,9 @@ kernels vs JAX's bundled Pallas attention and cuDNN (via
 HBM copy bandwidth:
 
   python experiments/benchmarks/attention.py --mode=gpu --out=/tmp/attention_gpu.json
+
+(--mode=gpu_smoke runs that script on CPU with tiny shapes, kernels in
+interpret mode, to check it end to end.)
 """
 
 import dataclasses
@@ -39,7 +42,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from absl import app, flags  # noqa: E402
 
-_MODE = flags.DEFINE_enum("mode", "cpu", ["cpu", "gpu"], "Benchmark set.")
+_MODE = flags.DEFINE_enum("mode", "cpu", ["cpu", "gpu", "gpu_smoke"],
+                          "Benchmark set; gpu_smoke runs the GPU script on CPU "
+                          "with tiny shapes and interpreted kernels.")
 _SEQ_LENS = flags.DEFINE_list("seq_lens", None, "Sequence lengths (default per mode).")
 _IMPLS = flags.DEFINE_list("impls", ["xla", "naive", "jax_dpa"], "CPU impls.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per point (best is kept).")
@@ -222,9 +227,11 @@ def main(argv):
       result = _measure_attention(spec["impl"], spec["seq_len"], _REPEATS.value, max_run)
     print(json.dumps(result))
     return
-  if _MODE.value == "gpu":
-    from gpu_attention import run_gpu  # noqa: PLC0415
-    results = run_gpu(_SEQ_LENS.value)
+  if _MODE.value.startswith("gpu"):
+    import gpu_attention  # noqa: PLC0415
+    setup = (gpu_attention.SMOKE if _MODE.value == "gpu_smoke"
+             else gpu_attention.GpuSetup())
+    results = gpu_attention.run_gpu(_SEQ_LENS.value, setup)
   else:
     results = run_cpu()
   with open(_OUT.value, "w") as f:
