@@ -81,15 +81,21 @@ def decode_attention(q, k_cache, v_cache, lengths, *, impl="auto"):
   """One decode step: q [B, H, D] over caches [B, S, Hkv, D], lengths [B].
 
   Row b attends to cache slots [0, lengths[b]); rows with length 0 give
-  zeros. "pallas" on CPU runs the kernel in interpret mode.
+  zeros. "pallas" on CPU runs the kernel in interpret mode; "auto" on GPU
+  uses "xla" when head_dim is not a power of two.
   """
-  impl = resolve_impl(impl)
+  impl_requested, impl = impl, resolve_impl(impl)
   masking.validate_decode_shapes(q, k_cache, v_cache, lengths)
   if impl == "reference":
     return reference.reference_decode_attention(q, k_cache, v_cache, lengths)
   if impl == "xla":
     return xla_attention.xla_decode_attention(q, k_cache, v_cache, lengths)
   platform = jax.default_backend()
+  head_dim = q.shape[-1]
+  if (impl_requested == "auto" and platform == "gpu"
+      and head_dim & (head_dim - 1)):
+    # Triton tiles are powers of two; padding would copy the cache per step.
+    return xla_attention.xla_decode_attention(q, k_cache, v_cache, lengths)
   return pallas_decode.decode_attention(
       q, k_cache, v_cache, lengths,
       platform="tpu" if platform == "tpu" else "gpu",

@@ -40,7 +40,7 @@ class DecodeBlockSizes:
   num_stages: int = 2
 
 
-def _one_head(q, k_at, v_at, length, start, split_len, block_k):
+def _one_head(q, k_at, v_at, length, start, split_len, block_k, scale):
   """Partial attention of q [rows, D] over one split of one KV head."""
   rows, head_dim = q.shape
   n_blocks = jnp.clip(lax.div(length - start + block_k - 1, block_k), 0,
@@ -50,24 +50,25 @@ def _one_head(q, k_at, v_at, length, start, split_len, block_k):
     ks = pl.ds(j * block_k, block_k)
     mask = bm.tile_mask(0, start + j * block_k, (rows, block_k), causal=False,
                         sliding_window=None, kv_len=length)
-    return bm.online_softmax_step(q, k_at(ks), v_at(ks), carry, mask,
-                                  1.0 / math.sqrt(head_dim))
+    return bm.online_softmax_step(q, k_at(ks), v_at(ks), carry, mask, scale)
 
   return bm.finalize(*lax.fori_loop(0, n_blocks, body,
                                     bm.zero_carry(rows, head_dim)))
 
 
-def _gpu_kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k):
+def _gpu_kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k,
+                scale):
   """Grid (B, Hkv, splits); refs: q [rows, D], k/v [split, D], len scalar."""
   split_len = k_ref.shape[0]
   out, lse = _one_head(q_ref[...], lambda ks: k_ref[ks, :],
                        lambda ks: v_ref[ks, :], len_ref[()],
-                       pl.program_id(2) * split_len, split_len, block_k)
+                       pl.program_id(2) * split_len, split_len, block_k, scale)
   o_ref[...] = out
   lse_ref[...] = lse
 
 
-def _tpu_kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k):
+def _tpu_kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k,
+                scale):
   """Grid (B, splits); refs: q [Hkv, rows, D], k/v [split, Hkv, D], lengths
   [B] in SMEM. All KV heads share one block: Mosaic tiles the last two dims
   (Hkv, D) of the cache as is, so the cache is never transposed."""
@@ -77,7 +78,7 @@ def _tpu_kernel(q_ref, k_ref, v_ref, len_ref, o_ref, lse_ref, *, block_k):
   for kh in range(h_kv):
     out, lse = _one_head(q_ref[kh], lambda ks, kh=kh: k_ref[ks, kh, :],
                          lambda ks, kh=kh: v_ref[ks, kh, :], length, start,
-                         split_len, block_k)
+                         split_len, block_k, scale)
     o_ref[kh] = out
     lse_ref[kh] = lse
 
@@ -126,7 +127,14 @@ def decode_attention(q, k_cache, v_cache, lengths, *, block_sizes=None,
     v_cache = bm.pad_to(v_cache, 1, bm.round_up(s, bk))
   s_pad = k_cache.shape[1]
   group = h // h_kv
-  rows = max(blocks.min_rows if platform == "gpu" else 8, group)
+  if platform == "gpu":  # Triton tiles: power-of-two rows and head_dim
+    if d != pl.next_power_of_2(d) and not interpret:
+      raise ValueError(
+          f"Pallas GPU decode needs a power-of-two head_dim, got {d}; padding "
+          "would copy the whole cache each step. Use impl='xla'.")
+    rows = max(blocks.min_rows, pl.next_power_of_2(group))
+  else:
+    rows = max(8, group)
   if platform == "tpu":
     splits = _tpu_splits(blocks, s_pad, h_kv * d * k_cache.dtype.itemsize)
   else:
@@ -158,7 +166,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, block_sizes=None,
     params = plgpu.CompilerParams(num_warps=blocks.num_warps,
                                   num_stages=blocks.num_stages)
   out, lse = pl.pallas_call(
-      functools.partial(kernel, block_k=bk),
+      functools.partial(kernel, block_k=bk, scale=1.0 / math.sqrt(d)),
       grid=grid,
       in_specs=[q_spec, kv_spec, kv_spec, len_spec],
       out_specs=out_specs,

@@ -53,6 +53,7 @@ class _Static:
   kv_len: int
   blocks: GpuBlockSizes
   interpret: bool
+  scale: float  # 1/sqrt(true head_dim); D may be zero-padded to a power of 2
 
   @property
   def offset(self):
@@ -82,7 +83,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, *refs, st, has_seg):
                         sliding_window=st.sliding_window, kv_len=st.kv_len,
                         q_seg=q_seg, k_seg=k_seg)
     return bm.online_softmax_step(q, k_ref[ks, :], v_ref[ks, :], carry, mask,
-                                  1.0 / math.sqrt(head_dim))
+                                  st.scale)
 
   carry = lax.fori_loop(lo, hi, body, bm.zero_carry(bq, head_dim))
   out, lse = bm.finalize(*carry)
@@ -119,7 +120,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, st,
                           kv_len=st.kv_len, q_seg=q_seg, k_seg=k_seg)
       _, dk_p, dv_p = bm.tile_grads(
           q_ref[qsl, g, :], k, v, do_ref[qsl, g, :], lse_ref[g, qsl, :],
-          delta_ref[g, qsl, :], mask, 1.0 / math.sqrt(head_dim))
+          delta_ref[g, qsl, :], mask, st.scale)
       return dk + dk_p, dv + dv_p
 
     dk, dv = lax.fori_loop(lo, hi, body, (dk, dv))
@@ -151,7 +152,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, st,
                         sliding_window=st.sliding_window, kv_len=st.kv_len,
                         q_seg=q_seg, k_seg=k_seg)
     dq_p, _, _ = bm.tile_grads(q, k_ref[ks, :], v_ref[ks, :], do, lse, delta,
-                               mask, 1.0 / math.sqrt(head_dim))
+                               mask, st.scale)
     return dq + dq_p
 
   dq = lax.fori_loop(lo, hi, body, jnp.zeros((bq, head_dim), jnp.float32))
@@ -285,12 +286,17 @@ def flash_attention(q, k, v, *, causal=True, segment_ids=None,
   q_len, kv_len = q.shape[1], k.shape[1]
   blocks = block_sizes or GpuBlockSizes.for_head_dim(q.shape[-1])
   bm.check_blocks(**dataclasses.asdict(blocks))
+  head_dim = q.shape[-1]
   st = _Static(causal=causal, sliding_window=sliding_window, q_len=q_len,
-               kv_len=kv_len, blocks=blocks, interpret=bool(interpret))
+               kv_len=kv_len, blocks=blocks, interpret=bool(interpret),
+               scale=1.0 / math.sqrt(head_dim))
   tq, tk = _padded_lengths(st)
   seg = None
   if segment_ids is not None:
     seg = bm.segment_operands(segment_ids, q_len, tq, tk)
-  out = _flash(bm.pad_to(q, 1, tq), bm.pad_to(k, 1, tk), bm.pad_to(v, 1, tk),
-               seg, st)
-  return out[:, :q_len]
+  # Triton tiles need power-of-two sizes: zero head_dim padding changes no
+  # score (the scale uses the true head_dim) and gives zero output columns.
+  d_pad = pl.next_power_of_2(head_dim)
+  pad = lambda x, t: bm.pad_to(bm.pad_to(x, 1, t), 3, d_pad)
+  out = _flash(pad(q, tq), pad(k, tk), pad(v, tk), seg, st)
+  return out[:, :q_len, :, :head_dim]
