@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
-from attention_cases import CASES, IDS, Case, check_against_reference
+from attention_cases import CASES, IDS, check_against_reference
 from attention_cases import fwd_and_grads
 from rl_post.kernels import pallas_gpu
 from rl_post.kernels import pallas_tpu
@@ -48,13 +48,13 @@ def test_tpu_kernels_in_tpu_interpreter():
   from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interp
   params = pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan",
                                  out_of_bounds_reads="raise")
-  case = Case("tpu_interp", 1, 20, 20, 2, 1, 8, segments=True, window=11)
-  q = jax.random.normal(jax.random.key(0), (1, 20, 2, 8))
-  k = jax.random.normal(jax.random.key(1), (1, 20, 1, 8))
-  v = jax.random.normal(jax.random.key(2), (1, 20, 1, 8))
+  # MQA, a segment boundary, a window and a ragged tail (14 = 8 + 6).
+  q = jax.random.normal(jax.random.key(0), (1, 14, 2, 8))
+  k = jax.random.normal(jax.random.key(1), (1, 14, 1, 8))
+  v = jax.random.normal(jax.random.key(2), (1, 14, 1, 8))
   do = jax.random.normal(jax.random.key(3), q.shape)
-  seg = jnp.asarray([[0] * 7 + [1] * 13], jnp.int32)
-  kw = dict(causal=True, sliding_window=case.window)
+  seg = jnp.asarray([[0] * 5 + [1] * 9], jnp.int32)
+  kw = dict(causal=True, sliding_window=7)
   blocks = pallas_tpu.TpuBlockSizes(8, 8, 8, 8)
   out, grads = fwd_and_grads(
       lambda q, k, v, **kw: pallas_tpu.flash_attention(
