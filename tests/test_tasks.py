@@ -26,9 +26,28 @@ def test_generator_respects_difficulty_and_demonstrations_verify(domain):
 
 
 def test_column_steps_hand_written():
-  assert column_steps(472, 389, "+") == ["2+9+0=1,1", "7+8+1=6,1", "4+3+1=8,0"]
-  assert column_steps(95, 7, "+") == ["5+7+0=2,1", "9+0+1=0,1", "0+0+1=1,0"]
-  assert column_steps(302, 17, "-") == ["2-7-0=5,1", "0-1-1=8,1", "3-0-1=2,0"]
+  assert column_steps(472, 389, "+") == (["2+9+0=1,1", "7+8+1=6,1", "4+3+1=8,0"], 861)
+  assert column_steps(95, 7, "+") == (["5+7+0=2,1", "9+0+1=0,1", "0+0+1=1,0"], 102)
+  assert column_steps(302, 17, "-") == (["2-7-0=5,1", "0-1-1=8,1", "3-0-1=2,0"], 285)
+  # a careless teacher drops the carry into column 1: 472+389 -> 851
+  assert column_steps(472, 389, "+", frozenset({1})) == (
+      ["2+9+0=1,1", "7+8+0=5,1", "4+3+1=8,0"], 851)
+  # dropping the borrow into column 1 of 302-17 gives 295
+  assert column_steps(302, 17, "-", frozenset({1})) == (
+      ["2-7-0=5,1", "0-1-0=9,1", "3-0-1=2,0"], 295)
+
+
+def test_noisy_teacher_is_deterministic_and_wrong_at_the_set_rate():
+  noisy = Arithmetic(max_difficulty=4, demo_slip_rate=0.3)
+  rng = np.random.default_rng(1)
+  tasks = [noisy.generate(rng, 4) for _ in range(400)]
+  demos = [noisy.demonstration(t) for t in tasks]
+  assert demos == [noisy.demonstration(t) for t in tasks]
+  wrong = np.mean([not noisy.verify(t, d).correct for t, d in zip(tasks, demos)])
+  assert 0.2 < wrong < 0.7  # slips only matter where a carry/borrow exists
+  assert all(noisy.verify(t, d).format_ok for t, d in zip(tasks, demos))
+  with pytest.raises(ValueError, match="demo_slip_rate must be in"):
+    Arithmetic(demo_slip_rate=1.5)
 
 
 def test_extract_answer_takes_last():

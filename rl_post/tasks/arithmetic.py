@@ -7,6 +7,7 @@ small transformer can learn to execute and RL can sharpen.
 """
 
 import re
+import zlib
 
 import numpy as np
 
@@ -20,11 +21,18 @@ def _digits_lsb_first(value: int, width: int) -> list[int]:
   return [(value // 10 ** i) % 10 for i in range(width)]
 
 
-def column_steps(a: int, b: int, op: str) -> list[str]:
-  """The scratchpad columns for a op b (a >= b >= 0 for subtraction)."""
+def column_steps(a: int, b: int, op: str, slips: frozenset[int] = frozenset()):
+  """The scratchpad columns for a op b (a >= b >= 0 for subtraction).
+
+  Columns listed in `slips` drop the incoming carry/borrow, as a careless
+  teacher would; the rest of the work stays consistent with that slip.
+  Returns (steps, result).
+  """
   width = len(str(a))
-  steps, carry = [], 0
-  for x, y in zip(_digits_lsb_first(a, width), _digits_lsb_first(b, width)):
+  steps, carry, digits = [], 0, []
+  for column, (x, y) in enumerate(zip(_digits_lsb_first(a, width), _digits_lsb_first(b, width))):
+    if column in slips:
+      carry = 0
     if op == "+":
       total = x + y + carry
       digit, carry_out = total % 10, total // 10
@@ -32,10 +40,15 @@ def column_steps(a: int, b: int, op: str) -> list[str]:
       total = x - y - carry
       digit, carry_out = total % 10, int(total < 0)
     steps.append(f"{x}{op}{y}{op}{carry}={digit},{carry_out}")
+    digits.append(digit)
     carry = carry_out
   if carry and op == "+":
-    steps.append(f"0+0+1=1,0")
-  return steps
+    steps.append("0+0+1=1,0")
+    digits.append(1)
+  result = sum(d * 10 ** i for i, d in enumerate(digits))
+  if op == "-" and carry:  # a slip left a borrow out of the top column
+    result -= 10 ** len(digits)
+  return steps, result
 
 
 class Arithmetic(Domain):
@@ -43,14 +56,25 @@ class Arithmetic(Domain):
 
   name = "arithmetic"
 
-  def __init__(self, max_difficulty: int = 5, operations: str = "+-"):
+  def __init__(self, max_difficulty: int = 5, operations: str = "+-",
+               demo_slip_rate: float = 0.0):
+    """Args:
+      max_difficulty: highest level (operand digits).
+      operations: which of "+" and "-" to draw.
+      demo_slip_rate: probability that a demonstration drops the carry or
+        borrow entering a column (an imperfect teacher; 0 = exact). Only
+        demonstrations are affected, never verification.
+    """
     if not 1 <= max_difficulty <= 18:
       raise ValueError(f"arithmetic: max_difficulty must be in [1, 18], got {max_difficulty}")
     if not operations or set(operations) - set("+-"):
       raise ValueError(f"arithmetic: operations must be a non-empty subset of '+-', "
                        f"got {operations!r}")
+    if not 0.0 <= demo_slip_rate <= 1.0:
+      raise ValueError(f"arithmetic: demo_slip_rate must be in [0, 1], got {demo_slip_rate}")
     self.difficulty_levels = tuple(range(1, max_difficulty + 1))
     self.operations = operations
+    self.demo_slip_rate = demo_slip_rate
 
   def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
     self.check_difficulty(difficulty)
@@ -67,8 +91,13 @@ class Arithmetic(Domain):
 
   def demonstration(self, task: Task) -> str:
     m = task.metadata
-    steps = " ".join(column_steps(m["a"], m["b"], m["op"]))
-    return f"<think>{steps}</think>\n<answer>{task.target}</answer>"
+    slips = frozenset()
+    if self.demo_slip_rate > 0:  # deterministic per task, so resumed runs see the same data
+      rng = np.random.default_rng(zlib.crc32(task.task_id.encode()))
+      width = len(str(m["a"]))
+      slips = frozenset(np.flatnonzero(rng.random(width) < self.demo_slip_rate).tolist())
+    steps, result = column_steps(m["a"], m["b"], m["op"], slips)
+    return f"<think>{' '.join(steps)}</think>\n<answer>{result}</answer>"
 
   def verify(self, task: Task, completion: str) -> Verdict:
     format_ok = has_reasoning_format(completion)
