@@ -67,6 +67,13 @@ def _last_live_k(st, i, bq, bk, nk):
   return jnp.minimum(lax.div(st.offset + i * bq + bq - 1, bk), nk - 1)
 
 
+def _first_live_q(st, j, bq, bk, i):
+  """max(i, first query tile that KV tile j is visible to) (DMA clamping)."""
+  if not st.causal:
+    return i
+  return jnp.maximum(i, lax.div(jnp.maximum(j * bk - st.offset, 0), bq))
+
+
 def _tile_mask(st, q_first, k_first, bq, bk, seg_refs):
   q_seg = k_seg = None
   if seg_refs:
@@ -212,16 +219,19 @@ def _backward(q, k, v, seg, out, lse, do, st):
                   keepdims=True)
   has_seg = seg is not None
 
-  # dK, dV: grid (B, Hkv, kv blocks, G, q blocks).
-  q_spec = pl.BlockSpec((None, None, bq, d),
-                        lambda b_, kh, j, g, i: (b_, kh * group + g, i, 0))
-  st_spec = pl.BlockSpec((None, None, bq, 1),
-                         lambda b_, kh, j, g, i: (b_, kh * group + g, i, 0))
+  # dK, dV: grid (B, Hkv, kv blocks, G, q blocks). Query tiles before the
+  # first one that sees KV tile j are clamped to it: no DMA for dead tiles.
+  def q_index(b_, kh, j, g, i):
+    return (b_, kh * group + g, _first_live_q(st, j, bq, bk, i), 0)
+
+  q_spec = pl.BlockSpec((None, None, bq, d), q_index)
+  st_spec = pl.BlockSpec((None, None, bq, 1), q_index)
   kv_spec = pl.BlockSpec((None, None, bk, d), lambda b_, kh, j, g, i: (b_, kh, j, 0))
   in_specs = [q_spec, kv_spec, kv_spec, q_spec, st_spec, st_spec]
   args = [q, k, v, do, lse, delta]
   if has_seg:
-    in_specs += [pl.BlockSpec((None, bq, 1), lambda b_, kh, j, g, i: (b_, i, 0)),
+    in_specs += [pl.BlockSpec((None, bq, 1), lambda b_, kh, j, g, i: (
+        b_, _first_live_q(st, j, bq, bk, i), 0)),
                  pl.BlockSpec((None, 1, bk), lambda b_, kh, j, g, i: (b_, 0, j))]
     args += list(seg)
   dk, dv = pl.pallas_call(
