@@ -2,14 +2,26 @@
 
 `impl` selects the implementation:
   "reference": dense, exact, quadratic memory (tests and tiny shapes).
-  "xla":       memory-efficient chunked attention (any backend).
-  "pallas":    Pallas kernels (TPU Mosaic / GPU Triton).
-  "auto":      pallas on TPU/GPU, xla on CPU.
+  "xla":       memory-efficient chunked attention (any backend, O(T) memory).
+  "pallas":    Pallas kernels: Mosaic on TPU, Triton on GPU; on CPU the
+               kernels run in interpret mode (slow; for tests).
+  "auto":      pallas on TPU/GPU, xla elsewhere.
+The choice is made at trace time from `jax.default_backend()`, so a model
+config can carry `attention_impl="auto"` and run unchanged everywhere.
 """
 
+import jax
+from jax.experimental.pallas import tpu as pltpu
+
+from rl_post.kernels import masking
+from rl_post.kernels import pallas_decode
+from rl_post.kernels import pallas_gpu
+from rl_post.kernels import pallas_tpu
 from rl_post.kernels import reference
+from rl_post.kernels import xla_attention
 
 IMPLS = ("auto", "pallas", "xla", "reference")
+_ACCELERATORS = ("gpu", "tpu")
 
 
 def _check_impl(impl):
@@ -17,17 +29,74 @@ def _check_impl(impl):
     raise ValueError(f"attention impl must be one of {IMPLS}, got {impl!r}")
 
 
+def resolve_impl(impl, platform=None):
+  """The concrete implementation ("pallas" | "xla" | "reference") for impl."""
+  _check_impl(impl)
+  platform = platform or jax.default_backend()
+  if impl == "auto":
+    return "pallas" if platform in _ACCELERATORS else "xla"
+  return impl
+
+
 def flash_attention(q, k, v, *, causal=True, segment_ids=None,
                     sliding_window=None, impl="auto", interpret=None):
-  """Attention over [B, T, H, D] queries and [B, S, Hkv, D] keys/values."""
-  _check_impl(impl)
-  del interpret
-  return reference.reference_attention(
-      q, k, v, causal=causal, segment_ids=segment_ids,
-      sliding_window=sliding_window)
+  """Attention over [B, T, H, D] queries and [B, S, Hkv, D] keys/values.
+
+  Args:
+    q: [batch, q_len, num_heads, head_dim]; queries are aligned to the end
+      of the keys (q_len <= kv_len).
+    k, v: [batch, kv_len, num_kv_heads, head_dim]; num_heads must be a
+      multiple of num_kv_heads (GQA/MQA; K/V are never repeated).
+    causal: mask keys after the query position.
+    segment_ids: optional [batch, kv_len] ints; attend within a segment only
+      (packed sequences).
+    sliding_window: optional int w; a query at p sees keys in (p - w, p].
+    impl: "auto" | "pallas" | "xla" | "reference".
+    interpret: Pallas only. None: interpret when not on an accelerator;
+      True/False; or a `pltpu.InterpretParams`, which runs the TPU kernel in
+      the TPU interpreter (memory checks) on CPU.
+  Returns:
+    [batch, q_len, num_heads, head_dim] in q's dtype; rows that see no key
+    are zeros. Differentiable (flash-style backward, O(T) memory) for every
+    impl but "reference".
+  """
+  impl = resolve_impl(impl)
+  masking.validate_shapes(q, k, v, segment_ids, sliding_window)
+  kwargs = dict(causal=causal, segment_ids=segment_ids,
+                sliding_window=sliding_window)
+  if impl == "reference":
+    return reference.reference_attention(q, k, v, **kwargs)
+  if impl == "xla":
+    return xla_attention.xla_flash_attention(q, k, v, **kwargs)
+  platform = jax.default_backend()
+  if interpret is None:
+    interpret = platform not in _ACCELERATORS
+  if platform == "tpu" or isinstance(interpret, pltpu.InterpretParams):
+    return pallas_tpu.flash_attention(q, k, v, interpret=interpret, **kwargs)
+  return pallas_gpu.flash_attention(q, k, v, interpret=bool(interpret),
+                                    **kwargs)
 
 
 def decode_attention(q, k_cache, v_cache, lengths, *, impl="auto"):
-  """One decode step: q [B, H, D] over caches [B, S, Hkv, D], lengths [B]."""
-  _check_impl(impl)
-  return reference.reference_decode_attention(q, k_cache, v_cache, lengths)
+  """One decode step: q [B, H, D] over caches [B, S, Hkv, D], lengths [B].
+
+  Row b attends to cache slots [0, lengths[b]); rows with length 0 give
+  zeros. "pallas" on CPU runs the kernel in interpret mode; "auto" on GPU
+  uses "xla" when head_dim is not a power of two.
+  """
+  impl_requested, impl = impl, resolve_impl(impl)
+  masking.validate_decode_shapes(q, k_cache, v_cache, lengths)
+  if impl == "reference":
+    return reference.reference_decode_attention(q, k_cache, v_cache, lengths)
+  if impl == "xla":
+    return xla_attention.xla_decode_attention(q, k_cache, v_cache, lengths)
+  platform = jax.default_backend()
+  head_dim = q.shape[-1]
+  if (impl_requested == "auto" and platform == "gpu"
+      and head_dim & (head_dim - 1)):
+    # Triton tiles are powers of two; padding would copy the cache per step.
+    return xla_attention.xla_decode_attention(q, k_cache, v_cache, lengths)
+  return pallas_decode.decode_attention(
+      q, k_cache, v_cache, lengths,
+      platform="tpu" if platform == "tpu" else "gpu",
+      interpret=platform not in _ACCELERATORS)
