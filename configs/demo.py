@@ -10,19 +10,22 @@ from configs import base
 def get_config(variant: str = ""):
   c = base.get_base()
   c.tokenizer.path = "{workdir}/tokenizer/arithmetic.model"
-  # SFT demonstrations come from a careless teacher that drops a carry or
-  # borrow in 20% of columns: the base model imitates the slips, and RL
-  # against the exact verifier has to unlearn them.
-  c.tasks.domain_options.arithmetic.demo_slip_rate = 0.2
-  c.sft = dict(num_steps=250, batch_size=64, max_len=80, checkpoint_every=100)
+  # Column addition of 2- and 3-digit numbers. SFT demonstrations come from a
+  # careless teacher that drops the incoming carry in 30% of columns: the
+  # base model imitates the slips, and RL against the exact verifier has to
+  # unlearn them.
+  c.tasks.difficulties = (2, 3)
+  c.tasks.heldout_size = 400
+  c.tasks.domain_options.arithmetic.update(operations="+", demo_slip_rate=0.3)
+  c.sft = dict(num_steps=300, batch_size=64, max_len=64, checkpoint_every=100)
   c.sft_optimizer = dict(learning_rate=3e-3, schedule="cosine", warmup_steps=30,
-                         total_steps=250, weight_decay=0.0, grad_clip_norm=1.0)
-  c.rl = dict(num_steps=60, batch_size=16, num_generations=8, max_prompt_len=24,
-              max_new_tokens=56, temperature=1.0, kl_coef=0.0, clip_low=0.2, clip_high=0.28,
+                         total_steps=300, weight_decay=0.0, grad_clip_norm=1.0)
+  c.rl = dict(num_steps=60, batch_size=16, num_generations=8, max_prompt_len=16,
+              max_new_tokens=40, temperature=1.0, kl_coef=0.0, clip_low=0.2, clip_high=0.28,
               aggregation="token_mean", advantage_scale="std", num_epochs=1,
               num_minibatches=1, eval_every=0, checkpoint_every=25, init_from="")
-  c.optimizer = dict(learning_rate=2e-4, schedule="constant", warmup_steps=5, total_steps=60,
-                     weight_decay=0.0, grad_clip_norm=1.0)
+  c.optimizer = dict(learning_rate=1e-4, schedule="constant", warmup_steps=5, total_steps=60,
+                     b2=0.99, weight_decay=0.0, grad_clip_norm=1.0)
   if variant == "tiny":
     c.model.update(num_layers=2, embed_dim=64, mlp_dim=128, head_dim=16)
     c.tokenizer.corpus_examples = 2000

@@ -83,3 +83,20 @@ def test_bad_domain_options_and_names():
     registry.make_domain("algebra")
   with pytest.raises(ValueError, match="difficulty must be one of"):
     Arithmetic(max_difficulty=2).generate(np.random.default_rng(0), 3)
+
+
+def test_mixture_heldout_is_unique_and_never_trained_on():
+  from rl_post.data.mixture import TaskConfig, TaskMixture
+  config = TaskConfig(difficulties=(1, 2), heldout_size=60,
+                      domain_options={"arithmetic": {"operations": "+"}})
+  mixture = TaskMixture(config, seed=3)
+  ids = [t.task_id for t in mixture.heldout]
+  assert len(set(ids)) == 60
+  train = [t for step in range(20) for t in mixture.sample(step, 32)]
+  assert not set(ids) & {t.task_id for t in train}
+  counts = np.bincount([t.difficulty for t in train])[1:]
+  assert abs(counts[0] - counts[1]) < 0.2 * len(train)  # the mix stays as configured
+  assert [t.task_id for t in mixture.sample(5, 8)] == [t.task_id for t in mixture.sample(5, 8)]
+  with pytest.raises(ValueError, match="too few distinct tasks"):
+    TaskMixture(TaskConfig(difficulties=(1,), heldout_size=150,
+                           domain_options={"arithmetic": {"operations": "+"}}), seed=0)

@@ -68,19 +68,25 @@ class TaskMixture:
         raise ValueError(f"difficulties {bad} are not levels of domain {name!r} "
                          f"{domain.difficulty_levels}")
     self._probs = np.asarray(config.weights, np.float64) / sum(config.weights)
-    self.heldout = self._draw(_STREAMS["heldout"], 0, config.heldout_size, exclude=frozenset())
+    self.heldout = self._draw(_STREAMS["heldout"], 0, config.heldout_size, exclude=frozenset(),
+                              unique=True)
     self._heldout_ids = frozenset(t.task_id for t in self.heldout)
 
-  def _draw(self, stream: int, step: int, n: int, exclude: frozenset) -> list[Task]:
+  def _draw(self, stream: int, step: int, n: int, exclude: frozenset,
+            unique: bool = False) -> list[Task]:
+    """n tasks not in `exclude` (and, with `unique`, no task twice)."""
     rng = np.random.default_rng([self.seed, stream, step])
-    tasks = []
+    tasks, seen = [], set(exclude)
     for _ in range(n):
       name = self.config.domains[int(rng.choice(len(self._probs), p=self._probs))]
       difficulty = self.config.difficulties[int(rng.integers(len(self.config.difficulties)))]
-      tasks.append(self._fresh_task(rng, name, difficulty, exclude))
+      task = self._fresh_task(rng, name, difficulty, seen if unique else exclude)
+      if unique:
+        seen.add(task.task_id)
+      tasks.append(task)
     return tasks
 
-  def _fresh_task(self, rng, name: str, difficulty: int, exclude: frozenset) -> Task:
+  def _fresh_task(self, rng, name: str, difficulty: int, exclude) -> Task:
     """A task of this domain and difficulty that is not excluded.
 
     Redrawing at the same level keeps the difficulty mix of training batches
@@ -91,8 +97,9 @@ class TaskMixture:
       task = self.domains[name].generate(rng, difficulty)
       if task.task_id not in exclude:
         return task
-    raise ValueError(f"domain {name!r} difficulty {difficulty}: no task outside the held-out "
-                     f"set in {_MAX_REDRAWS} draws; lower tasks.heldout_size")
+    raise ValueError(f"domain {name!r} difficulty {difficulty}: no new task outside the "
+                     f"held-out set in {_MAX_REDRAWS} draws (the level has too few distinct "
+                     "tasks); lower tasks.heldout_size or drop the level")
 
   def sample(self, step: int, n: int, stream: str = "train") -> list[Task]:
     """The n tasks of batch `step`; never contains a held-out task."""
