@@ -17,6 +17,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 TOL = 1e-4
+# one compiled program per config instead of op-by-op dispatch
+_apply = jax.jit(models.apply, static_argnums=0)
 
 CASES = {
     "llama": dict(arch="llama", tie=False, rope_scaling=None),
@@ -71,19 +73,17 @@ def test_load_matches_transformers(tmp_path, case):
   assert config.qkv_bias == (spec["arch"] == "qwen2")
   assert (config.rope_scaling is not None) == (spec["rope_scaling"] is not None)
   tokens = _tokens(config.vocab_size)
-  ours = np.asarray(models.apply(config, params, tokens))
+  ours = np.asarray(_apply(config, params, tokens))
   diff = np.abs(ours - _hf_logits(model, tokens)).max()
   assert diff <= TOL, diff
 
 
 @pytest.mark.parametrize("case", ["llama3_scaled_tied", "qwen2"])
-def test_save_loads_in_transformers(tmp_path, case):
+def test_save_loads_in_transformers(tmp_path, case, make_random_params):
   model = _random_hf_model(**CASES[case])
   model.save_pretrained(tmp_path / "src", safe_serialization=True)
   config, _ = hf.load(str(tmp_path / "src"))
-  params = models.init_params(config, jax.random.key(0))
-  params = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.key(1), x.shape),
-                        params)
+  params = make_random_params(config, seed=1)
   hf.save(str(tmp_path / "out"), config, params, max_shard_bytes=30_000)
   assert os.path.exists(tmp_path / "out" / "model.safetensors.index.json")
   reloaded = transformers.AutoModelForCausalLM.from_pretrained(
@@ -91,7 +91,7 @@ def test_save_loads_in_transformers(tmp_path, case):
   expected_cls = "Qwen2ForCausalLM" if case == "qwen2" else "LlamaForCausalLM"
   assert type(reloaded).__name__ == expected_cls
   tokens = _tokens(config.vocab_size, seed=2)
-  ours = np.asarray(models.apply(config, params, tokens))
+  ours = np.asarray(_apply(config, params, tokens))
   diff = np.abs(ours - _hf_logits(reloaded, tokens)).max()
   assert diff <= TOL, diff
   # and the round trip through our own loader is exact

@@ -13,11 +13,11 @@ from rl_post.training import run
 
 
 @pytest.fixture
-def checkpoint(tmp_path, tokenizer):
+def checkpoint(tmp_path, tokenizer, make_random_params):
   config = models.ModelConfig(vocab_size=tokenizer.vocab_size, num_layers=2, embed_dim=32,
                               num_heads=4, num_kv_heads=2, head_dim=8, mlp_dim=48,
                               qkv_bias=True, rope_theta=1e6)
-  params = models.init_params(config, jax.random.key(3))
+  params = make_random_params(config, seed=3)
   return config, params, hf.save(str(tmp_path / "ckpt"), config, params)
 
 

@@ -101,7 +101,7 @@ def test_logits_match_transformers(smol, reference):
   import torch
   config, params, tok = smol
   tokens, lens = _prompt_batch(tok, QUESTIONS)
-  ours = np.asarray(models.apply(config, params, jnp.asarray(tokens)))
+  ours = np.asarray(jax.jit(models.apply, static_argnums=0)(config, params, tokens))
   with torch.no_grad():
     ref = reference(torch.from_numpy(tokens.astype(np.int64))).logits.numpy()
   real = np.arange(tokens.shape[1])[None, :] < lens[:, None]  # right padding is causal-safe
