@@ -75,6 +75,7 @@ def test_load_matches_transformers(tmp_path, case):
   tokens = _tokens(config.vocab_size)
   ours = np.asarray(_apply(config, params, tokens))
   diff = np.abs(ours - _hf_logits(model, tokens)).max()
+  print(f"{case}: load, max |ours - transformers| = {diff:.2e}")
   assert diff <= TOL, diff
 
 
@@ -93,6 +94,7 @@ def test_save_loads_in_transformers(tmp_path, case, make_random_params):
   tokens = _tokens(config.vocab_size, seed=2)
   ours = np.asarray(_apply(config, params, tokens))
   diff = np.abs(ours - _hf_logits(reloaded, tokens)).max()
+  print(f"{case}: save, max |ours - transformers| = {diff:.2e}")
   assert diff <= TOL, diff
   # and the round trip through our own loader is exact
   config2, params2 = hf.load(str(tmp_path / "out"))
