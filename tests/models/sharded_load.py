@@ -41,7 +41,9 @@ def main(directory):
     logits_mesh = np.asarray(jax.jit(lambda p, t: models.apply(config, p, t))(loaded, tokens))
   logits_single = np.asarray(models.apply(config, params, tokens))
   print(json.dumps({
-      "config_equal": config == dataclasses.replace(CONFIG, attention_impl="auto"), "same_sharding": bool(same_sharding),
+      # attention_impl is not part of a HF checkpoint: it loads as "auto"
+      "config_equal": config == dataclasses.replace(CONFIG, attention_impl="auto"),
+      "same_sharding": bool(same_sharding),
       "params_max_diff": max_diff,
       "q_proj_shard_shape": list(q.addressable_shards[0].data.shape),
       "q_proj_shape": list(q.shape),

@@ -1,5 +1,6 @@
 """GGUF import on tiny files written here: layout, q/k un-permutation, bad inputs."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -33,8 +34,10 @@ def _hf_tensors(seed=0):
   t = {"model.embed_tokens.weight": r(V, E), "model.norm.weight": 1 + r(E)}
   for i in range(L):
     p = f"model.layers.{i}."
-    t.update({p + "self_attn.q_proj.weight": r(H * D, E), p + "self_attn.k_proj.weight": r(K * D, E),
-              p + "self_attn.v_proj.weight": r(K * D, E), p + "self_attn.o_proj.weight": r(E, H * D),
+    t.update({p + "self_attn.q_proj.weight": r(H * D, E),
+              p + "self_attn.k_proj.weight": r(K * D, E),
+              p + "self_attn.v_proj.weight": r(K * D, E),
+              p + "self_attn.o_proj.weight": r(E, H * D),
               p + "mlp.gate_proj.weight": r(F, E), p + "mlp.up_proj.weight": r(F, E),
               p + "mlp.down_proj.weight": r(E, F), p + "input_layernorm.weight": 1 + r(E),
               p + "post_attention_layernorm.weight": 1 + r(E)})
@@ -49,7 +52,8 @@ def _llama_cpp_permute(w, heads):
 
 _GGUF_NAMES = {"input_layernorm.weight": "attn_norm.weight",
                "post_attention_layernorm.weight": "ffn_norm.weight",
-               "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+               "self_attn.q_proj.weight": "attn_q.weight",
+               "self_attn.k_proj.weight": "attn_k.weight",
                "self_attn.v_proj.weight": "attn_v.weight",
                "self_attn.o_proj.weight": "attn_output.weight",
                "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
@@ -103,7 +107,6 @@ def test_gguf_matches_hf_layout_exactly(tmp_path):
   assert (config.num_layers, config.vocab_size, config.num_kv_heads) == (L, V, K)
   assert config.tie_embeddings and not config.qkv_bias
   expected = hf.place_params(config, DictSource(tensors))
-  import jax
   jax.tree.map(np.testing.assert_array_equal, params, expected)
   tokens = np.arange(10, dtype=np.int32)[None] % V
   assert np.isfinite(np.asarray(models.apply(config, params, tokens))).all()

@@ -12,6 +12,9 @@ import pytest
 
 from rl_post import models
 from rl_post.models import hf
+from rl_post.parallel.mesh import make_mesh
+from rl_post.parallel.sharding import DEFAULT_RULES
+from rl_post.training.state import param_shardings
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -103,24 +106,14 @@ def test_save_loads_in_transformers(tmp_path, case, make_random_params):
 
 
 def test_load_onto_mesh_shards_params(tmp_path):
-  """Every param lands in its NamedSharding (one device here; see the sharded test)."""
+  """Every param lands in its NamedSharding (one device; test_hf_sharded uses eight)."""
   model = _random_hf_model(**CASES["qwen2"])
   model.save_pretrained(tmp_path, safe_serialization=True)
-  mesh = models_mesh()
+  mesh = make_mesh({"data": -1})
   config, params = hf.load(str(tmp_path), mesh=mesh)
-  from rl_post.training.state import param_shardings
-  from rl_post.parallel.sharding import DEFAULT_RULES
   want = param_shardings(config, mesh, DEFAULT_RULES)
-  jax.tree.map(lambda p, s: _assert_sharding(p, s), params, want)
-
-
-def _assert_sharding(array, sharding):
-  assert array.sharding.is_equivalent_to(sharding, array.ndim), (array.sharding, sharding)
-
-
-def models_mesh():
-  from rl_post.parallel.mesh import make_mesh
-  return make_mesh({"data": -1})
+  assert all(jax.tree.leaves(jax.tree.map(
+      lambda p, s: p.sharding.is_equivalent_to(s, p.ndim), params, want)))
 
 
 def _write_bad_checkpoint(tmp_path, mutate_config=None, drop=None, reshape=None):
