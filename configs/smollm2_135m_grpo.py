@@ -16,7 +16,7 @@ from configs.smollm2_135m_sft import pretrained_sections
 
 def get_config(variant: str = ""):
   c = pretrained_sections(base.get_base())
-  c.rl = dict(num_steps=100, batch_size=8, num_generations=8, max_prompt_len=32,
+  c.rl = dict(num_steps=100, batch_size=8, num_generations=8, max_prompt_len=64,
               max_new_tokens=64, temperature=1.0, kl_coef=0.0, clip_low=0.2, clip_high=0.28,
               aggregation="token_mean", advantage_scale="std", num_epochs=1, num_minibatches=1,
               eval_every=25, checkpoint_every=25, init_from="")

@@ -35,11 +35,15 @@ class HFTokenizer:
     vocab_size: number of ids (base vocabulary plus added tokens).
     pad_id, bos_id, eos_id: special ids (-1 when the tokenizer has none).
     chat_template: Jinja template used by `apply_chat_template`.
+    chat_prompts: task prompts become a user turn of the chat template
+      (`rl_post.data.batching.prompt_ids`); on when the tokenizer ships a
+      template, as pretrained chat models do.
   """
 
   def __init__(self, tokenizer, *, eos_id: int, bos_id: int = -1, pad_id: int | None = None,
-               chat_template: str | None = None):
+               chat_template: str | None = None, chat_prompts: bool | None = None):
     self._tok = tokenizer
+    self.chat_prompts = bool(chat_template) if chat_prompts is None else chat_prompts
     self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     self.eos_id = int(eos_id)
     self.bos_id = int(bos_id)

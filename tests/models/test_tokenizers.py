@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rl_post.data import hf_tokenizer
+from rl_post.data import batching, hf_tokenizer
 from rl_post.data.chat_template import TemplateError
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -59,6 +59,16 @@ def test_sentencepiece_has_the_same_interface(tokenizer):
   prompt = tok.apply_chat_template(MESSAGES[:1])
   assert prompt == "user: What is 2 + 3?\nassistant: "
   assert tok.decode(tok.encode(prompt)) == prompt
+  # task prompts keep their plain layout with our own tokenizers
+  assert batching.prompt_ids(tok, "2+3=") == [tok.bos_id] + tok.encode("2+3=\n")
+
+
+def test_task_prompts_use_the_chat_template(hf_dir):
+  tok = hf_tokenizer.load_tokenizer(str(hf_dir))
+  assert tok.chat_prompts
+  ids = batching.prompt_ids(tok, "What is 2 + 3?")
+  assert ids == tok.encode(tok.apply_chat_template(MESSAGES[:1]))
+  assert tok.decode(ids, skip_special_tokens=False).endswith("<|im_start|>assistant\n")
 
 
 def test_bad_messages_and_templates(hf_dir):
