@@ -10,6 +10,7 @@ HF half-split layout that our RoPE uses. The tokenizer and chat template in
 the file's metadata are rebuilt by `rl_post.data.hf_tokenizer`.
 """
 
+import collections
 import glob
 import importlib.util
 import os
@@ -96,10 +97,17 @@ def metadata(reader, key: str, default=None):
 
 
 class GGUFSource:
-  """HF-named, HF-layout float32 tensors dequantized from a GGUF file on demand."""
+  """HF-named, HF-layout float32 tensors dequantized from a GGUF file on demand.
+
+  The last L + 1 tensors stay cached: on a mesh, every device's callback for
+  a stacked [L, ...] param asks for the same L tensors, which are then
+  dequantized once (host memory stays bounded by one param).
+  """
 
   def __init__(self, reader, config: ModelConfig, architecture: str):
     self._reader = reader
+    self._cache = collections.OrderedDict()
+    self._cache_size = config.num_layers + 1
     self._tensors = {}
     for tensor in reader.tensors:
       name = hf_name(tensor.name)
@@ -132,6 +140,16 @@ class GGUFSource:
     return self._tensors[name].tensor_type.name
 
   def get(self, name) -> np.ndarray:
+    if name in self._cache:
+      self._cache.move_to_end(name)
+      return self._cache[name]
+    values = self._dequantize(name)
+    self._cache[name] = values
+    if len(self._cache) > self._cache_size:
+      self._cache.popitem(last=False)
+    return values
+
+  def _dequantize(self, name) -> np.ndarray:
     from gguf import quants  # optional dependency
     tensor = self._tensors[name]
     try:
