@@ -12,6 +12,7 @@ sharded `model-*.safetensors` plus `model.safetensors.index.json`.
 slice from memory-mapped files.
 """
 
+import functools
 import json
 import os
 from typing import Any, Mapping
@@ -214,25 +215,32 @@ def load(hf_dir: str, *, mesh=None, rules=None, dtype: str | None = None):
 # ----------------------------------------------------------------------------- save
 
 
-def hf_tensors(config: ModelConfig, params, *, dtype: str | None = None) -> dict[str, np.ndarray]:
-  """Params as HF-named numpy arrays in HF layout (host memory)."""
+def hf_tensors(config: ModelConfig, params, *, dtype: str | None = None):
+  """Params as HF tensors: a list of (name, nbytes, make) in HF name order.
+
+  `make()` fetches one layer of one param to the host and returns it in HF
+  layout, so a writer holds one shard at a time, never the whole model.
+  """
   out_dtype = np.dtype(jax.numpy.dtype(dtype or config.param_dtype))
-  tensors = {}
+  entries = []
   for spec in hf_mapping.param_specs(config):
     try:
       value = hf_mapping.get_path(params, spec.path)
     except KeyError:
       raise ValueError(f"params are missing {'.'.join(spec.path)!r}") from None
-    value = np.asarray(jax.device_get(value))
-    if value.shape != spec.full_shape(config.num_layers):
-      raise ValueError(f"param {'.'.join(spec.path)!r} has shape {value.shape}, expected "
-                       f"{spec.full_shape(config.num_layers)}")
+    if tuple(value.shape) != spec.full_shape(config.num_layers):
+      raise ValueError(f"param {'.'.join(spec.path)!r} has shape {tuple(value.shape)}, "
+                       f"expected {spec.full_shape(config.num_layers)}")
+    nbytes = int(np.prod(spec.hf_shape)) * out_dtype.itemsize
+
+    def make(value=value, spec=spec, layer=None):
+      host = np.asarray(jax.device_get(value if layer is None else value[layer]))
+      return np.ascontiguousarray(spec.to_hf(host).astype(out_dtype))
+
     layers = range(config.num_layers) if spec.per_layer else [None]
-    for i in layers:
-      tensors[spec.name(i)] = np.ascontiguousarray(
-          spec.to_hf(value if i is None else value[i]).astype(out_dtype))
-  # HF orders layers numerically within each shard; keep the index readable.
-  return dict(sorted(tensors.items(), key=lambda kv: _natural_key(kv[0])))
+    entries += [(spec.name(i), nbytes, functools.partial(make, layer=i)) for i in layers]
+  # HF orders layers numerically; keeps each layer's tensors in one shard
+  return sorted(entries, key=lambda entry: _natural_key(entry[0]))
 
 
 def _natural_key(name: str):
@@ -246,7 +254,8 @@ def save(hf_dir: str, config: ModelConfig, params, *, max_shard_bytes: int = 2 <
   Args:
     hf_dir: output directory (created).
     config: the model config.
-    params: params tree (possibly sharded; gathered to this host).
+    params: params tree, possibly sharded: fetched one layer of one param at a
+      time, so the host holds at most one shard file (single-process arrays).
     max_shard_bytes: split into several files plus an index above this size.
     dtype: storage dtype (default: config.param_dtype).
     extra_config: extra config.json fields (e.g. bos_token_id, eos_token_id).

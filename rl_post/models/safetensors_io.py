@@ -110,28 +110,34 @@ def write_file(path: str, tensors: dict[str, np.ndarray]):
       f.write(array.tobytes())
 
 
-def write_sharded(directory: str, tensors: dict[str, np.ndarray], max_shard_bytes: int):
-  """Splits `tensors` (in order) into files of at most `max_shard_bytes`.
+def write_sharded(directory: str, tensors, max_shard_bytes: int):
+  """Writes tensors (in order) into files of at most `max_shard_bytes`.
 
+  Args:
+    directory: output directory.
+    tensors: sequence of (name, nbytes, make) where `make()` returns the
+      array; arrays are produced one shard at a time, so the host never
+      holds more than one shard.
+    max_shard_bytes: size limit per file (a bigger single tensor gets a file
+      of its own).
   One file is `model.safetensors`; several are
   `model-0000i-of-0000n.safetensors` plus `model.safetensors.index.json`.
   """
-  shards, current, size = [], {}, 0
-  for name, array in tensors.items():
-    if current and size + array.nbytes > max_shard_bytes:
+  shards, current, size = [], [], 0
+  for entry in tensors:
+    if current and size + entry[1] > max_shard_bytes:
       shards.append(current)
-      current, size = {}, 0
-    current[name] = array
-    size += array.nbytes
+      current, size = [], 0
+    current.append(entry)
+    size += entry[1]
   shards.append(current)
-  if len(shards) == 1:
-    write_file(os.path.join(directory, SINGLE_FILE), shards[0])
-    return
+  names = ([SINGLE_FILE] if len(shards) == 1 else
+           [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
   weight_map = {}
-  for i, shard in enumerate(shards):
-    file_name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-    write_file(os.path.join(directory, file_name), shard)
-    weight_map.update({name: file_name for name in shard})
-  total = sum(a.nbytes for a in tensors.values())
-  with open(os.path.join(directory, INDEX_FILE), "w") as f:
-    json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+  for file_name, shard in zip(names, shards):
+    write_file(os.path.join(directory, file_name), {name: make() for name, _, make in shard})
+    weight_map.update({name: file_name for name, _, _ in shard})
+  if len(shards) > 1:
+    total = sum(nbytes for shard in shards for _, nbytes, _ in shard)
+    with open(os.path.join(directory, INDEX_FILE), "w") as f:
+      json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
