@@ -170,3 +170,16 @@ def test_missing_directory_and_files(tmp_path):
     hf.load(str(tmp_path / "nope"))
   with pytest.raises(FileNotFoundError, match="no config.json"):
     hf.load(str(tmp_path))
+
+
+def test_bfloat16_checkpoint_loads_bit_exact(tmp_path):
+  model = _random_hf_model(**CASES["qwen2"]).to(torch.bfloat16)
+  model.save_pretrained(tmp_path, safe_serialization=True)
+  config, params = hf.load(str(tmp_path))
+  assert (config.dtype, config.param_dtype) == ("bfloat16", "bfloat16")
+  q = np.asarray(params["blocks"]["attn"]["q_proj"][1]).astype(np.float32)
+  ref = model.model.layers[1].self_attn.q_proj.weight.detach().float().numpy()
+  np.testing.assert_array_equal(q, ref.reshape(config.num_heads, config.head_dim, -1)
+                                .transpose(2, 0, 1))
+  _, params32 = hf.load(str(tmp_path), dtype="float32")
+  assert params32["embed"]["embedding"].dtype == np.float32
