@@ -35,7 +35,8 @@ CASES = {
 def _hf_config(arch, tie, rope_scaling):
   common = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
-                tie_word_embeddings=tie, max_position_embeddings=128)
+                tie_word_embeddings=tie, max_position_embeddings=128,
+                initializer_range=0.3)  # logits of O(10), not O(0.1)
   if arch == "qwen2":
     return transformers.Qwen2Config(**common, rope_theta=1_000_000.0)
   # head_dim != hidden/heads exercises the explicit head_dim path
@@ -78,7 +79,8 @@ def test_load_matches_transformers(tmp_path, case):
   tokens = _tokens(config.vocab_size)
   ours = np.asarray(_apply(config, params, tokens))
   diff = np.abs(ours - _hf_logits(model, tokens)).max()
-  print(f"{case}: load, max |ours - transformers| = {diff:.2e}")
+  print(f"{case}: load, max |ours - transformers| = {diff:.2e} (max |logit| "
+        f"{np.abs(ours).max():.1f})")
   assert diff <= TOL, diff
 
 
@@ -87,7 +89,7 @@ def test_save_loads_in_transformers(tmp_path, case, make_random_params):
   model = _random_hf_model(**CASES[case])
   model.save_pretrained(tmp_path / "src", safe_serialization=True)
   config, _ = hf.load(str(tmp_path / "src"))
-  params = make_random_params(config, seed=1)
+  params = make_random_params(config, seed=1, scale=0.5)
   hf.save(str(tmp_path / "out"), config, params, max_shard_bytes=30_000)
   assert os.path.exists(tmp_path / "out" / "model.safetensors.index.json")
   reloaded = transformers.AutoModelForCausalLM.from_pretrained(
@@ -97,7 +99,8 @@ def test_save_loads_in_transformers(tmp_path, case, make_random_params):
   tokens = _tokens(config.vocab_size, seed=2)
   ours = np.asarray(_apply(config, params, tokens))
   diff = np.abs(ours - _hf_logits(reloaded, tokens)).max()
-  print(f"{case}: save, max |ours - transformers| = {diff:.2e}")
+  print(f"{case}: save, max |ours - transformers| = {diff:.2e} (max |logit| "
+        f"{np.abs(ours).max():.1f})")
   assert diff <= TOL, diff
   # and the round trip through our own loader is exact
   config2, params2 = hf.load(str(tmp_path / "out"))
