@@ -28,7 +28,7 @@ class DictSource:
     return self.tensors[name]
 
 
-def _hf_tensors(seed=0):
+def _hf_tensors(seed=0, bias=False):
   rng = np.random.default_rng(seed)
   r = lambda *shape: rng.standard_normal(shape).astype(np.float32) * 0.3
   t = {"model.embed_tokens.weight": r(V, E), "model.norm.weight": 1 + r(E)}
@@ -41,6 +41,9 @@ def _hf_tensors(seed=0):
               p + "mlp.gate_proj.weight": r(F, E), p + "mlp.up_proj.weight": r(F, E),
               p + "mlp.down_proj.weight": r(E, F), p + "input_layernorm.weight": 1 + r(E),
               p + "post_attention_layernorm.weight": 1 + r(E)})
+    if bias:
+      t.update({p + "self_attn.q_proj.bias": r(H * D), p + "self_attn.k_proj.bias": r(K * D),
+                p + "self_attn.v_proj.bias": r(K * D)})
   return t
 
 
@@ -57,7 +60,8 @@ _GGUF_NAMES = {"input_layernorm.weight": "attn_norm.weight",
                "self_attn.v_proj.weight": "attn_v.weight",
                "self_attn.o_proj.weight": "attn_output.weight",
                "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-               "mlp.down_proj.weight": "ffn_down.weight"}
+               "mlp.down_proj.weight": "ffn_down.weight", "self_attn.q_proj.bias": "attn_q.bias",
+               "self_attn.k_proj.bias": "attn_k.bias", "self_attn.v_proj.bias": "attn_v.bias"}
 
 
 def _write_gguf(path, tensors, *, arch="llama", bad_quant=None, drop=None):
@@ -80,7 +84,9 @@ def _write_gguf(path, tensors, *, arch="llama", bad_quant=None, drop=None):
     else:
       _, _, i, rest = name.split(".", 3)
       out = f"blk.{i}.{_GGUF_NAMES[rest]}"
-      if rest == "self_attn.q_proj.weight":
+      if arch != "llama":  # llama.cpp keeps qwen2's NeoX RoPE layout
+        pass
+      elif rest == "self_attn.q_proj.weight":
         value = _llama_cpp_permute(value, H)
       elif rest == "self_attn.k_proj.weight":
         value = _llama_cpp_permute(value, K)
@@ -110,6 +116,15 @@ def test_gguf_matches_hf_layout_exactly(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, params, expected)
   tokens = np.arange(10, dtype=np.int32)[None] % V
   assert np.isfinite(np.asarray(models.apply(config, params, tokens))).all()
+
+
+def test_qwen2_gguf_with_biases_is_not_permuted(tmp_path):
+  tensors = _hf_tensors(seed=1, bias=True)
+  _write_gguf(tmp_path / "q.gguf", tensors, arch="qwen2")
+  config, params = gguf.load(str(tmp_path / "q.gguf"))
+  assert config.qkv_bias
+  jax.tree.map(np.testing.assert_array_equal, params,
+               hf.place_params(config, DictSource(tensors)))
 
 
 def test_unsupported_quant_type_is_named(tmp_path):
