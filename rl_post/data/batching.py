@@ -9,8 +9,16 @@ from rl_post.tasks.base import Task
 
 
 def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
-  """BOS + prompt + newline: the model's response starts after it."""
-  return [tokenizer.bos_id] + tokenizer.encode(prompt + "\n")
+  """BOS + prompt + newline: the model's response starts after it.
+
+  A tokenizer with `chat_prompts` set (pretrained chat models) instead wraps
+  the prompt as one user turn of its chat template, ending where the
+  assistant's answer starts.
+  """
+  if getattr(tokenizer, "chat_prompts", False):
+    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": prompt}]))
+  bos = [tokenizer.bos_id] if tokenizer.bos_id >= 0 else []
+  return bos + tokenizer.encode(prompt + "\n")
 
 
 def encode_prompts(tokenizer: Tokenizer, tasks: Sequence[Task], max_prompt_len: int):

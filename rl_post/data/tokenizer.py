@@ -8,9 +8,11 @@ no normalisation, so `decode(encode(text)) == text` for every string.
 import dataclasses
 import io
 import os
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 
 import sentencepiece as spm
+
+from rl_post.data import chat_template as chat_template_lib
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>",
         "<tool_response>", "</tool_response>")
@@ -29,11 +31,19 @@ class Tokenizer(Protocol):
 
   def decode(self, ids: Sequence[int]) -> str: ...
 
+  def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *,
+                          add_generation_prompt: bool = True) -> str: ...
+
 
 @dataclasses.dataclass
 class SentencePieceTokenizer:
-  """A loaded SentencePiece model."""
+  """A loaded SentencePiece model.
+
+  `chat_template` (Jinja, see `rl_post.data.chat_template`) defaults to plain
+  "role: content" lines, since our vocabularies have no chat tokens.
+  """
   model_path: str
+  chat_template: str = chat_template_lib.PLAIN
 
   def __post_init__(self):
     if not os.path.exists(self.model_path):
@@ -52,6 +62,12 @@ class SentencePieceTokenizer:
 
   def piece(self, token_id: int) -> str:
     return self._sp.id_to_piece(int(token_id))
+
+  def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *,
+                          add_generation_prompt: bool = True) -> str:
+    return chat_template_lib.render(self.chat_template, messages,
+                                    add_generation_prompt=add_generation_prompt,
+                                    bos_token="", eos_token="")
 
 
 def train_sentencepiece(lines: Iterable[str], model_prefix: str, *, vocab_size: int,

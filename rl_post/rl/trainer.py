@@ -36,14 +36,14 @@ from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
-from rl_post.training.run import RunContext, setup_run
+from rl_post.training.run import RunContext, pretrained_params, setup_run
 from rl_post.training.step import jit_train_step
 
 
 def _initial_params(ctx: RunContext, rl: GRPOConfig):
-  """Params to start from: exported SFT params, or None for a fresh init."""
+  """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init)."""
   if not rl.init_from:
-    return None
+    return pretrained_params(ctx)
   stored = load_model_config(rl.init_from)
   if stored != ctx.model_config:
     diff = {k: (v, getattr(ctx.model_config, k)) for k, v in stored.to_dict().items()

@@ -26,7 +26,7 @@ from rl_post.parallel import sharding
 from rl_post.rl.logprobs import token_logprobs_from_logits
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
-from rl_post.training.run import setup_run
+from rl_post.training.run import pretrained_params, setup_run
 from rl_post.training.step import jit_train_step, make_train_step
 
 EXPORT_DIR = "export"
@@ -96,10 +96,12 @@ def train(config, workdir: str) -> dict:
   batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in ("tokens", "mask")}
   step_fn = jit_train_step(make_train_step(make_sft_loss(ctx.model_config), optimizer),
                            shardings, batch_sharding)
-  state = state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
-                                       ctx.key("init"))
   checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=2)
-  if checkpoints.latest_step() is not None:
+  resuming = checkpoints.latest_step() is not None
+  state = state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
+                                       ctx.key("init"),
+                                       params=None if resuming else pretrained_params(ctx))
+  if resuming:
     abstract = state_lib.abstract_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
     state, _ = checkpoints.restore(abstract, fallback=True)
     logging.info("resumed SFT at step %d", int(state.step))

@@ -13,8 +13,10 @@ from typing import Any
 import jax
 import ml_collections
 
-from rl_post.data.tokenizer import SentencePieceTokenizer
+from rl_post.data.hf_tokenizer import load_tokenizer
+from rl_post.data.tokenizer import Tokenizer
 from rl_post.models import ModelConfig
+from rl_post.models import pretrained
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 
@@ -29,9 +31,24 @@ def write_config(workdir: str, config: ml_collections.ConfigDict):
     f.write(config_to_json(config))
 
 
+def pretrained_path(config: ml_collections.ConfigDict) -> str:
+  """`config.pretrained.path` (a .gguf file or HF checkpoint dir), or ""."""
+  section = config.get("pretrained")
+  return (section.get("path") or "") if section else ""
+
+
 def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> ModelConfig:
-  """The `model` section as a ModelConfig; vocab_size defaults to the tokenizer's."""
+  """The `model` section as a ModelConfig; vocab_size defaults to the tokenizer's.
+
+  With `config.pretrained.path`, the checkpoint gives the architecture and
+  the `model` section only overrides the fields it sets (e.g. attention_impl).
+  """
   values = dict(config.model.to_dict()) if "model" in config else {}
+  if pretrained_path(config):
+    base = pretrained.read_config(pretrained_path(config),
+                                  dtype=config.pretrained.get("dtype") or None)
+    overrides = {k: v for k, v in values.items() if not (k == "vocab_size" and not v)}
+    values = {**base.to_dict(), **overrides}
   if values.get("vocab_size") in (None, 0) and tokenizer is not None:
     values["vocab_size"] = tokenizer.vocab_size
   try:
@@ -46,7 +63,7 @@ class RunContext:
   workdir: str
   mesh: jax.sharding.Mesh
   rules: Any
-  tokenizer: SentencePieceTokenizer
+  tokenizer: Tokenizer
   model_config: ModelConfig
   root_key: jax.Array
 
@@ -79,7 +96,7 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str) -> RunContext:
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   sharding.validate_rules(rules, mesh.axis_names)
-  tokenizer = SentencePieceTokenizer(config.tokenizer.path)
+  tokenizer = load_tokenizer(config.tokenizer.path)
   model_config = model_config_from(config, tokenizer)
   if model_config.vocab_size < tokenizer.vocab_size:
     raise ValueError(f"model.vocab_size ({model_config.vocab_size}) is smaller than the "
@@ -87,3 +104,20 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str) -> RunContext:
   return RunContext(config=config, workdir=workdir, mesh=mesh, rules=rules,
                     tokenizer=tokenizer, model_config=model_config,
                     root_key=jax.random.key(int(config.seed)))
+
+
+def pretrained_params(ctx: RunContext):
+  """Params of `config.pretrained.path` placed on the run's mesh, or None."""
+  path = pretrained_path(ctx.config)
+  if not path:
+    return None
+  stored, params = pretrained.load(path, mesh=ctx.mesh, rules=ctx.rules,
+                                   dtype=ctx.model_config.param_dtype)
+  shape_fields = ("vocab_size", "num_layers", "embed_dim", "num_heads", "num_kv_heads",
+                  "head_dim", "mlp_dim", "tie_embeddings", "qkv_bias")
+  diff = {k: (getattr(stored, k), getattr(ctx.model_config, k)) for k in shape_fields
+          if getattr(stored, k) != getattr(ctx.model_config, k)}
+  if diff:
+    raise ValueError(f"pretrained.path={path!r} holds a model that differs from config.model "
+                     f"in {diff} (stored, configured)")
+  return params
