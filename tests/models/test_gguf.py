@@ -7,7 +7,7 @@ import pytest
 from rl_post import models
 from rl_post.models import gguf, hf
 
-gguf_lib = pytest.importorskip("gguf")
+import gguf as gguf_lib
 
 V, E, F, H, K, D, L = 40, 16, 24, 4, 2, 4, 2
 

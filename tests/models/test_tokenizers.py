@@ -7,7 +7,7 @@ import pytest
 from rl_post.data import batching, hf_tokenizer
 from rl_post.data.chat_template import TemplateError
 
-tokenizers = pytest.importorskip("tokenizers")
+import tokenizers
 
 TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
             "{{ '<|im_start|>system\nBe brief.<|im_end|>\n' }}{% endif %}"
@@ -38,7 +38,7 @@ def hf_dir(tmp_path_factory):
 
 
 def test_tokenizer_json_matches_transformers(hf_dir):
-  transformers = pytest.importorskip("transformers")
+  import transformers
   ours = hf_tokenizer.load_tokenizer(str(hf_dir))
   theirs = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
   assert (ours.eos_id, ours.pad_id, ours.bos_id) == (2, 0, -1)
