@@ -101,3 +101,17 @@ def test_write_report_bad_metrics(tmp_path):
   with pytest.raises(ValueError, match=r"metrics\[1\] must be a dict with a 'step' key"):
     report.write_report(tmp_path, metrics=[{"step": 0}, {"reward/mean": 1.0}],
                         evals={}, title="t")
+
+
+def test_every_before_after_pair_is_compared(tmp_path):
+  correct_before = np.array([True, False, False, True])
+  correct_after = np.array([True, True, True, True])
+  evals = {"before_sampled": {"correct": correct_before}, "after_sampled": {"correct": correct_after},
+           "before": {"correct": correct_before}, "after": {"correct": correct_before}}
+  paths = report.write_report(tmp_path, metrics=[{"step": 1, "reward/mean": 0.5}], evals=evals,
+                              title="t")
+  summary = json.load(open(paths["summary_json"]))
+  assert summary["comparisons"]["_sampled"]["num_improved"] == 2
+  assert summary["before_vs_after"]["diff"] == 0.0
+  md = open(paths["summary_md"]).read()
+  assert "before_sampled vs after_sampled** (n=4 paired problems): +50.0 pp" in md

@@ -13,7 +13,8 @@ difficulty, before vs after) is computed here from them:
       "<any name>": {...},                     # other eval sets
   }
 
-If "before" and "after" are both present they are compared pairwise
+Every "before<suffix>" with a matching "after<suffix>" (e.g. "before" and
+"after", "before_sampled" and "after_sampled") is compared pairwise
 (`stats.paired_difference_ci`), so they must list the same problems.
 """
 
@@ -187,7 +188,7 @@ def _row(label: str, s: Mapping[str, float]) -> str:
 
 
 def render_markdown(title: str, summaries: Mapping[str, dict],
-                    comparison: dict | None, plot_name: str | None) -> str:
+                    comparisons: Mapping[str, dict], plot_name: str | None) -> str:
   """The summary.md text: completion table, breakdown rows, before vs after."""
   lines = [f"# {title}", ""]
   if plot_name:
@@ -201,11 +202,11 @@ def render_markdown(title: str, summaries: Mapping[str, dict],
       lines.append(_row(f"{name} / domain={group}", sub))
     for group, sub in s.get("by_difficulty", {}).items():
       lines.append(_row(f"{name} / difficulty={group}", sub))
-  if comparison is not None:
-    c = comparison
+  for suffix, c in comparisons.items():
+    label = f"before{suffix} vs after{suffix}" if suffix else "Before vs after"
     lines += [
         "",
-        f"**Before vs after** (n={c['n']} paired problems): "
+        f"**{label}** (n={c['n']} paired problems): "
         f"{100 * c['diff']:+.1f} pp, 95% CI [{100 * c['low']:+.1f}, "
         f"{100 * c['high']:+.1f}] pp; exact McNemar p = {c['p_value']:.4g} "
         f"({c['num_improved']} improved, {c['num_regressed']} regressed).",
@@ -238,9 +239,11 @@ def write_report(report_dir: str | os.PathLike, *,
   if not isinstance(evals, Mapping):
     raise ValueError(f"evals must be a dict of name -> eval, got {type(evals).__name__}")
   summaries = {name: summarize_eval(ev, name) for name, ev in evals.items()}
-  comparison = None
-  if "before" in evals and "after" in evals:
-    comparison = compare_before_after(evals["before"], evals["after"])
+  # Every "before<suffix>" with a matching "after<suffix>" is compared pairwise.
+  comparisons = {name[len("before"):]: compare_before_after(evals[name],
+                                                             evals["after" + name[len("before"):]])
+                 for name in evals
+                 if name.startswith("before") and "after" + name[len("before"):] in evals}
 
   report_dir = os.fspath(report_dir)
   os.makedirs(report_dir, exist_ok=True)
@@ -251,12 +254,13 @@ def write_report(report_dir: str | os.PathLike, *,
   }
   plot_metrics(paths["reward_plot"], metrics, title=title, window=rolling_window)
   with open(paths["summary_md"], "w", encoding="utf-8") as f:
-    f.write(render_markdown(title, summaries, comparison, "reward.png"))
+    f.write(render_markdown(title, summaries, comparisons, "reward.png"))
   _, reward = _series(metrics, REWARD_KEY)
   summary = {
       "title": title,
       "evals": summaries,
-      "before_vs_after": comparison,
+      "before_vs_after": comparisons.get(""),
+      "comparisons": comparisons,
       "training": {
           "num_records": len(metrics),
           "last_step": max((r["step"] for r in metrics), default=None),
