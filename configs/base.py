@@ -11,7 +11,7 @@ from rl_post.parallel.sharding import DEFAULT_RULES
 def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
-  c.mesh = dict(data=-1, fsdp=1, tensor=1)
+  c.mesh = dict(data=-1, fsdp=1, tensor=1, context=1)
   c.sharding_rules = DEFAULT_RULES
   c.tokenizer = dict(path=f"{workroot}/tokenizer/arithmetic.model", vocab_size=384,
                      corpus_examples=20_000)

@@ -11,6 +11,10 @@ if [[ "${1:-}" == --devices=* ]]; then
   export JAX_PLATFORMS=cpu
   shift
 fi
-PY=python3
-[ -x .venv/bin/python ] && PY=.venv/bin/python
+# The interpreter: $PYTHON if set, else ./.venv (made by launch/test.sh or demo.sh), else python3.
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  PY=python3
+  [ -x .venv/bin/python ] && PY=.venv/bin/python
+fi
 exec "$PY" "$@"

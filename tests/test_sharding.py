@@ -59,4 +59,4 @@ def test_rules_and_mesh_errors():
   with pytest.raises(ValueError, match="unknown axes"):
     mesh_lib.resolve_mesh_shape({"expert": 2}, 8)
   assert mesh_lib.resolve_mesh_shape({"data": -1, "tensor": 2}, 8) == \
-      {"data": 4, "fsdp": 1, "tensor": 2}
+      {"data": 4, "fsdp": 1, "tensor": 2, "context": 1}

@@ -5,6 +5,7 @@ from typing import Any, Mapping
 
 _DTYPES = ("float32", "bfloat16", "float16")
 _ATTENTION_IMPLS = ("auto", "pallas", "xla", "reference")
+_CONTEXT_LAYOUTS = ("zigzag", "striped", "contiguous")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,8 @@ class ModelConfig:
     dtype: activation/compute dtype.
     param_dtype: parameter storage dtype.
     attention_impl: see `rl_post.kernels.attention`.
+    context_layout: token order for context parallelism (ring attention
+      over the `context` mesh axis): "zigzag" | "striped" | "contiguous".
   """
   vocab_size: int
   num_layers: int
@@ -52,6 +55,7 @@ class ModelConfig:
   dtype: str = "float32"
   param_dtype: str = "float32"
   attention_impl: str = "auto"
+  context_layout: str = "zigzag"
 
   def __post_init__(self):
     for name in ("vocab_size", "num_layers", "embed_dim", "num_heads",
@@ -71,6 +75,9 @@ class ModelConfig:
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"model.{name} must be one of {_DTYPES}, "
                          f"got {getattr(self, name)!r}")
+    if self.context_layout not in _CONTEXT_LAYOUTS:
+      raise ValueError(f"model.context_layout must be one of {_CONTEXT_LAYOUTS}, "
+                       f"got {self.context_layout!r}")
     if self.attention_impl not in _ATTENTION_IMPLS:
       raise ValueError(f"model.attention_impl must be one of {_ATTENTION_IMPLS}, "
                        f"got {self.attention_impl!r}")

@@ -12,6 +12,7 @@ from flax import nnx
 from rl_post.kernels import attention as attention_kernels
 from rl_post.models import rope
 from rl_post.models.config import ModelConfig
+from rl_post.parallel import ring_attention
 
 _init = nnx.initializers
 
@@ -75,6 +76,7 @@ class Attention(nnx.Module):
     pd = config.param_dtype
     self.dtype = config.dtype
     self.impl = config.attention_impl
+    self.context_layout = config.context_layout
     self.rope_args = (d, config.rope_theta, config.rope_scaling)
     init = _init.lecun_normal(in_axis=0, out_axis=(1, 2))
     self.q_proj = _param(rngs, init, (e, h, d), pd, ("embed", "heads", "head_dim"))
@@ -95,13 +97,16 @@ class Attention(nnx.Module):
       out = out + bias[...].astype(self.dtype)[None, None]
     return out
 
-  def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None):
+  def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None,
+               context_mesh=None):
     """Self-attention over x; with `cache`, also reads/writes the KV cache.
 
     Args:
       x_BxTxE: inputs.
       positions_BxT: absolute positions (RoPE and cache slots).
       segment_ids_BxT: optional packed-sequence ids (no cache).
+      context_mesh: a mesh with a `context` axis > 1: ring attention over
+        it, with x already in `config.context_layout` token order.
       cache: optional dict with "k", "v" of shape [B, S, K, D]. With T > 1
         this is a prefill that starts at slot 0; with T == 1 a decode step
         at slot positions_BxT[:, 0].
@@ -121,7 +126,14 @@ class Attention(nnx.Module):
           "k": cache["k"].at[rows_Bx1, positions_BxT].set(k.astype(cache["k"].dtype)),
           "v": cache["v"].at[rows_Bx1, positions_BxT].set(v.astype(cache["v"].dtype)),
       }
-    if cache is not None and x_BxTxE.shape[1] == 1:
+    if context_mesh is not None:
+      if cache is not None:
+        raise ValueError("context parallelism applies to full sequences, not KV-cache decoding")
+      batch_axes = tuple(a for a in ("data", "fsdp") if context_mesh.shape[a] > 1) or None
+      out = ring_attention.ring_attention(
+          q, k, v, mesh=context_mesh, axis_name="context", causal=True,
+          segment_ids=segment_ids_BxT, layout=self.context_layout, batch_axis=batch_axes)
+    elif cache is not None and x_BxTxE.shape[1] == 1:
       out = attention_kernels.decode_attention(
           q[:, 0], new_cache["k"], new_cache["v"], positions_BxT[:, 0] + 1,
           impl=self.impl)[:, None]
@@ -142,9 +154,11 @@ class Block(nnx.Module):
     self.mlp_norm = RMSNorm(config.embed_dim, **kw)
     self.mlp = MLP(config, rngs=rngs)
 
-  def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None):
+  def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None,
+               context_mesh=None):
     attn_out, new_cache = self.attn(self.attn_norm(x_BxTxE), positions_BxT,
-                                    segment_ids_BxT=segment_ids_BxT, cache=cache)
+                                    segment_ids_BxT=segment_ids_BxT, cache=cache,
+                                    context_mesh=context_mesh)
     x_BxTxE = x_BxTxE + attn_out
     x_BxTxE = x_BxTxE + self.mlp(self.mlp_norm(x_BxTxE))
     return x_BxTxE, new_cache

@@ -15,6 +15,7 @@ from flax import nnx
 
 from rl_post.models.config import ModelConfig
 from rl_post.models.layers import Block, Embed, RMSNorm
+from rl_post.parallel import ring_attention
 
 
 def _stacked_blocks(config: ModelConfig, rngs: nnx.Rngs) -> Block:
@@ -40,14 +41,23 @@ class Transformer(nnx.Module):
                                           config.param_dtype),
           logical_axes=("embed", "vocab"))
 
-  def __call__(self, tokens_BxT, positions_BxT, *, segment_ids_BxT=None, cache=None):
+  def __call__(self, tokens_BxT, positions_BxT, *, segment_ids_BxT=None, cache=None,
+               context_mesh=None):
+    if context_mesh is not None:
+      # Lay tokens out once in the load-balanced ring order; undo it on the logits.
+      perm = ring_attention.layout_permutation(self.config.context_layout, tokens_BxT.shape[1],
+                                               context_mesh.shape["context"])
+      tokens_BxT, positions_BxT = tokens_BxT[:, perm], positions_BxT[:, perm]
+      if segment_ids_BxT is not None:
+        segment_ids_BxT = segment_ids_BxT[:, perm]
     x_BxTxE = self.embed(tokens_BxT)
     block_graphdef, block_state = nnx.split(self.blocks)
 
     def layer(x, layer_inputs):
       layer_state, layer_cache = layer_inputs
       block = nnx.merge(block_graphdef, layer_state)
-      return block(x, positions_BxT, segment_ids_BxT=segment_ids_BxT, cache=layer_cache)
+      return block(x, positions_BxT, segment_ids_BxT=segment_ids_BxT, cache=layer_cache,
+                   context_mesh=context_mesh)
 
     x_BxTxE, new_cache = jax.lax.scan(layer, x_BxTxE, (block_state, cache))
     x_BxTxE = self.final_norm(x_BxTxE)
@@ -56,7 +66,10 @@ class Transformer(nnx.Module):
     else:
       logits = jnp.einsum("bte,ev->btv", x_BxTxE, self.lm_head[...].astype(x_BxTxE.dtype),
                           preferred_element_type=jnp.float32)
-    return logits.astype(jnp.float32), new_cache
+    logits = logits.astype(jnp.float32)
+    if context_mesh is not None:
+      logits = logits[:, ring_attention.inverse_permutation(perm)]
+    return logits, new_cache
 
 
 @functools.lru_cache(maxsize=32)
@@ -93,7 +106,8 @@ def default_positions(tokens_BxT):
   return jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1], dtype=jnp.int32), tokens_BxT.shape)
 
 
-def apply(config: ModelConfig, params, tokens_BxT, *, positions=None, segment_ids=None):
+def apply(config: ModelConfig, params, tokens_BxT, *, positions=None, segment_ids=None,
+          context_mesh=None):
   """Pure forward pass: logits_BxTxV (float32).
 
   Args:
@@ -102,10 +116,14 @@ def apply(config: ModelConfig, params, tokens_BxT, *, positions=None, segment_id
     tokens_BxT: int32 token ids.
     positions: optional [B, T] positions (default 0..T-1).
     segment_ids: optional [B, T] packed-sequence ids.
+    context_mesh: optional mesh whose `context` axis (> 1) splits the
+      sequence: attention becomes ring attention; inputs and logits stay in
+      natural token order (see `rl_post.parallel.mesh.context_mesh`).
   """
   positions = default_positions(tokens_BxT) if positions is None else positions
   model = nnx.merge(graphdef(config), params)
-  logits, _ = model(tokens_BxT, positions, segment_ids_BxT=segment_ids)
+  logits, _ = model(tokens_BxT, positions, segment_ids_BxT=segment_ids,
+                    context_mesh=context_mesh)
   return logits
 
 

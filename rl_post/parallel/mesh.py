@@ -5,7 +5,7 @@ from typing import Mapping
 import jax
 import numpy as np
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "tensor", "context")
 
 
 def resolve_mesh_shape(axis_sizes: Mapping[str, int], num_devices: int) -> dict[str, int]:
@@ -35,10 +35,19 @@ def resolve_mesh_shape(axis_sizes: Mapping[str, int], num_devices: int) -> dict[
 
 
 def make_mesh(axis_sizes: Mapping[str, int], devices=None) -> jax.sharding.Mesh:
-  """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all)."""
+  """A ('data', 'fsdp', 'tensor', 'context') mesh over `devices` (default: all).
+
+  `context` splits sequences (ring attention); parameters are never
+  sharded over it.
+  """
   devices = jax.devices() if devices is None else list(devices)
   sizes = resolve_mesh_shape(axis_sizes, len(devices))
   shape = tuple(sizes[name] for name in MESH_AXES)
   return jax.make_mesh(shape, MESH_AXES,
                        axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES),
                        devices=devices)
+
+
+def context_mesh(mesh: jax.sharding.Mesh):
+  """`mesh` if it splits sequences over `context`, else None (no ring attention)."""
+  return mesh if dict(zip(mesh.axis_names, mesh.devices.shape)).get("context", 1) > 1 else None

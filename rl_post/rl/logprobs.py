@@ -29,7 +29,8 @@ def token_logprobs_from_logits(logits_BxTxV, tokens_BxT, temperature: float = 1.
   return jnp.concatenate([pad, logp], axis=1), jnp.concatenate([pad, entropy], axis=1)
 
 
-def sequence_logprobs(model_config, params, tokens_BxT, temperature: float = 1.0):
+def sequence_logprobs(model_config, params, tokens_BxT, temperature: float = 1.0,
+                      context_mesh=None):
   """Pure: (logp_BxT, entropy_BxT) of `tokens_BxT` under `params`."""
-  logits = models.apply(model_config, params, tokens_BxT)
+  logits = models.apply(model_config, params, tokens_BxT, context_mesh=context_mesh)
   return token_logprobs_from_logits(logits, tokens_BxT, temperature)

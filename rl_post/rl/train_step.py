@@ -17,13 +17,17 @@ from rl_post.rl.logprobs import sequence_logprobs
 from rl_post.training.step import make_train_step
 
 
-def make_rl_loss(model_config, rl: GRPOConfig):
-  """`(params, batch, rng) -> (loss, metrics)` for the GRPO family."""
+def make_rl_loss(model_config, rl: GRPOConfig, context_mesh=None):
+  """`(params, batch, rng) -> (loss, metrics)` for the GRPO family.
+
+  `context_mesh` (see `rl_post.parallel.mesh.context_mesh`) turns on ring
+  attention over its `context` axis for the log-prob forward pass.
+  """
 
   def loss_fn(params, batch, rng):
     del rng
     logp_NxT, entropy_NxT = sequence_logprobs(model_config, params, batch["tokens"],
-                                              rl.temperature)
+                                              rl.temperature, context_mesh)
     loss, metrics = algos.policy_loss(
         logp_NxT, batch["old_logp"], batch["adv"], batch["mask"],
         ref_logp_NxT=batch.get("ref_logp"), clip_low=rl.clip_low, clip_high=rl.clip_high,
@@ -34,16 +38,16 @@ def make_rl_loss(model_config, rl: GRPOConfig):
   return loss_fn
 
 
-def make_rl_train_step(model_config, rl: GRPOConfig, optimizer):
-  return make_train_step(make_rl_loss(model_config, rl), optimizer)
+def make_rl_train_step(model_config, rl: GRPOConfig, optimizer, context_mesh=None):
+  return make_train_step(make_rl_loss(model_config, rl, context_mesh), optimizer)
 
 
-def make_ref_logprobs(model_config, rl: GRPOConfig):
+def make_ref_logprobs(model_config, rl: GRPOConfig, context_mesh=None):
   """Pure `(ref_params, tokens_NxT) -> ref_logp_NxT` (no gradients)."""
 
   def ref_logprobs(ref_params, tokens_NxT):
     params = jax.tree.map(lambda x: x.astype(jnp.float32), ref_params)
     return jax.lax.stop_gradient(
-        sequence_logprobs(model_config, params, tokens_NxT, rl.temperature)[0])
+        sequence_logprobs(model_config, params, tokens_NxT, rl.temperature, context_mesh)[0])
 
   return ref_logprobs

@@ -27,6 +27,7 @@ from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
+from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import RewardConfig
@@ -102,9 +103,11 @@ class _Components:
                            dict(tokens=2, mask=2, old_logp=2, adv=1, ref_logp=2).items()}
     if rl.kl_coef == 0:
       del self.batch_sharding["ref_logp"]
-    self.step_fn = jit_train_step(make_rl_train_step(ctx.model_config, rl, self.optimizer),
-                                  self.state_shardings, self.batch_sharding)
-    self.ref_fn = jax.jit(make_ref_logprobs(ctx.model_config, rl))
+    cp_mesh = mesh_lib.context_mesh(mesh)
+    self.step_fn = jit_train_step(
+        make_rl_train_step(ctx.model_config, rl, self.optimizer, cp_mesh),
+        self.state_shardings, self.batch_sharding)
+    self.ref_fn = jax.jit(make_ref_logprobs(ctx.model_config, rl, cp_mesh))
 
   def shard(self, tree):
     return sharding.shard_batch(tree, self.ctx.mesh, self.ctx.rules)

@@ -22,6 +22,7 @@ from rl_post.data import batching
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
+from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rl.logprobs import token_logprobs_from_logits
 from rl_post.training import state as state_lib
@@ -52,12 +53,12 @@ class SFTConfig:
     check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1", self.checkpoint_every)
 
 
-def make_sft_loss(model_config):
+def make_sft_loss(model_config, context_mesh=None):
   """Mean next-token cross-entropy over response tokens (mask == 1)."""
 
   def loss_fn(params, batch, rng):
     del rng
-    logits = models.apply(model_config, params, batch["tokens"])
+    logits = models.apply(model_config, params, batch["tokens"], context_mesh=context_mesh)
     logp_BxT, _ = token_logprobs_from_logits(logits, batch["tokens"])
     mask = batch["mask"].astype(jnp.float32)
     num_tokens = jnp.maximum(mask.sum(), 1.0)
@@ -94,8 +95,9 @@ def train(config, workdir: str) -> dict:
   optimizer = make_optimizer(opt)
   shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
   batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in ("tokens", "mask")}
-  step_fn = jit_train_step(make_train_step(make_sft_loss(ctx.model_config), optimizer),
-                           shardings, batch_sharding)
+  step_fn = jit_train_step(
+      make_train_step(make_sft_loss(ctx.model_config, mesh_lib.context_mesh(ctx.mesh)), optimizer),
+      shardings, batch_sharding)
   checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=2)
   resuming = checkpoints.latest_step() is not None
   state = state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
