@@ -11,10 +11,8 @@ import os
 
 import jax
 import ml_collections
-import numpy as np
 from absl import logging
 
-from rl_post import models
 from rl_post.checkpoint.params import load_params, save_params
 from rl_post.config_sections import from_section
 from rl_post.data import build_tokenizer
@@ -43,10 +41,7 @@ def _heldout_eval(config, export_dir, tokenizer, mixture, rl: GRPOConfig, tag: s
   model_config = model_config_from(config, tokenizer)
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   rules = tuple(tuple(r) for r in config.sharding_rules)
-  shardings = state_lib.param_shardings(model_config, mesh, rules)
-  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                          models.abstract_params(model_config), shardings)
-  params = load_params(export_dir, abstract)
+  params = load_params(export_dir, state_lib.abstract_sharded_params(model_config, mesh, rules))
   results = {}
   for mode, sampling in (("greedy", SamplingConfig(rl.max_new_tokens, greedy=True)),
                          ("sampled", SamplingConfig(rl.max_new_tokens, rl.temperature))):

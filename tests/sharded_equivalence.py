@@ -10,7 +10,6 @@ checks the numbers.
 import json
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rl_post import models

@@ -5,7 +5,6 @@ import os
 
 import jax
 import numpy as np
-import pytest
 
 from configs import grpo_arithmetic
 from rl_fixtures import DIGIT_DOMAIN

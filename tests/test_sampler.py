@@ -1,6 +1,5 @@
 """Sampler: behaviour log-probs equal the trainer's, stopping, greedy."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp

@@ -18,7 +18,6 @@ import jax
 import numpy as np
 from absl import logging
 
-from rl_post import models
 from rl_post.checkpoint.manager import CheckpointManager
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
@@ -51,10 +50,8 @@ def _initial_params(ctx: RunContext, rl: GRPOConfig):
             if getattr(ctx.model_config, k) != v}
     raise ValueError(f"rl.init_from={rl.init_from!r} holds a model that differs from "
                      f"config.model in {diff} (stored, configured)")
-  shardings = state_lib.param_shardings(ctx.model_config, ctx.mesh, ctx.rules)
-  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                          models.abstract_params(ctx.model_config), shardings)
-  return load_params(rl.init_from, abstract)
+  return load_params(rl.init_from,
+                     state_lib.abstract_sharded_params(ctx.model_config, ctx.mesh, ctx.rules))
 
 
 def _rollout_metrics(tasks_N, reward_batch, rollout, rl: GRPOConfig) -> dict:

@@ -28,6 +28,13 @@ def param_shardings(model_config, mesh, rules):
                                  models.abstract_params(model_config), mesh, rules)
 
 
+def abstract_sharded_params(model_config, mesh, rules):
+  """Params as ShapeDtypeStructs carrying their shardings (a restore target)."""
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                      models.abstract_params(model_config),
+                      param_shardings(model_config, mesh, rules))
+
+
 def state_shardings(model_config, optimizer, mesh, rules) -> TrainState:
   """A TrainState of NamedShardings: optimizer moments follow their params."""
   abstract = models.abstract_params(model_config)

@@ -7,7 +7,6 @@ import pytest
 from rl_post.data import batching, hf_tokenizer
 from rl_post.data.chat_template import TemplateError
 
-import tokenizers
 
 TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
             "{{ '<|im_start|>system\nBe brief.<|im_end|>\n' }}{% endif %}"
