@@ -5,6 +5,9 @@ the online-softmax update of the forward pass and the gradient of one tile
 in the backward pass. Scores are always accumulated in float32.
 """
 
+import functools
+
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -149,3 +152,31 @@ def check_blocks(**sizes):
       raise ValueError(f"{name} must be positive, got {size}")
 
 
+
+
+def flash_vjp(forward, backward):
+  """The custom-VJP flash op shared by the GPU and TPU kernel families.
+
+  Args:
+    forward: `(q, k, v, seg, st) -> (out, lse)`.
+    backward: `(q, k, v, seg, out, lse, do, st) -> (dq, dk, dv)`.
+  Returns:
+    `flash(q, k, v, seg, st) -> out`, differentiable in q, k, v; only the
+    output and its log-sum-exp are saved for the backward pass.
+  """
+
+  @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+  def flash(q, k, v, seg, st):
+    return forward(q, k, v, seg, st)[0]
+
+  def flash_fwd(q, k, v, seg, st):
+    out, lse = forward(q, k, v, seg, st)
+    return out, (q, k, v, seg, out, lse)
+
+  def flash_bwd(st, res, do):
+    q, k, v, seg, out, lse = res
+    dq, dk, dv = backward(q, k, v, seg, out, lse, do, st)
+    return dq, dk, dv, None if seg is None else (None, None)
+
+  flash.defvjp(flash_fwd, flash_bwd)
+  return flash

@@ -257,23 +257,7 @@ def _backward(q, k, v, seg, out, lse, do, st):
   return dq, dk, dv
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _flash(q, k, v, seg, st):
-  return _forward(q, k, v, seg, st)[0]
-
-
-def _flash_fwd(q, k, v, seg, st):
-  out, lse = _forward(q, k, v, seg, st)
-  return out, (q, k, v, seg, out, lse)
-
-
-def _flash_bwd(st, res, do):
-  q, k, v, seg, out, lse = res
-  dq, dk, dv = _backward(q, k, v, seg, out, lse, do, st)
-  return dq, dk, dv, None if seg is None else (None, None)
-
-
-_flash.defvjp(_flash_fwd, _flash_bwd)
+_flash = bm.flash_vjp(_forward, _backward)
 
 
 def flash_attention(q, k, v, *, causal=True, segment_ids=None,
