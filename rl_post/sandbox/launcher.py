@@ -104,22 +104,34 @@ def strict_argv(config, stage):
              "--ro-bind", stage, "/sandbox",
              "--remount-ro", "/", "--chdir", "/",
              config.python_executable, "-I", "-S", "-B",
-             "/sandbox/zygote.py", "--mode", "strict",
-             "--preload", ",".join(config.preload_modules)])
+             "/sandbox/zygote.py", "--mode", "strict"]
+          + _zygote_flags(config))
 
 
-def process_argv(config, stage):
-  return [config.python_executable, "-I", "-S", "-B",
-          os.path.join(stage, "zygote.py"), "--mode", "process",
-          "--preload", ",".join(config.preload_modules)]
+def _zygote_flags(config, tmp_root=None):
+  flags = ["--preload", ",".join(config.preload_modules),
+           "--work-mb", str(config.work_dir_mb), "--tmp-mb", str(config.tmp_mb)]
+  if tmp_root is not None:
+    flags += ["--tmp-root", tmp_root]
+  return flags
 
 
-def spawn(config, stage, cgroup, log_path):
-  """Starts one worker; returns the Popen (stdin/stdout are the channel)."""
+def process_argv(config, stage, tmp_root="/tmp"):
+  return ([config.python_executable, "-I", "-S", "-B",
+           os.path.join(stage, "zygote.py"), "--mode", "process"]
+          + _zygote_flags(config, tmp_root))
+
+
+def spawn(config, stage, cgroup, log_path, tmp_root):
+  """Starts one worker; returns the Popen (stdin/stdout are the channel).
+
+  tmp_root: where process mode makes each run's work dir (strict mode
+  mounts a fresh tmpfs instead).
+  """
   if config.isolation == "strict":
     argv = strict_argv(config, stage)
   else:
-    argv = process_argv(config, stage)
+    argv = process_argv(config, stage, tmp_root)
   argv = _cgroup_join(cgroup) + _uid_drop(config) + argv
   with open(log_path, "ab") as log:
     return subprocess.Popen(

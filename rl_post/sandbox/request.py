@@ -96,7 +96,6 @@ def to_wire(config, request):
       "op": "run", "mode": config.isolation, "language": request.language,
       "code": code_field, "stdin": stdin, "files": wire_files,
       "timeout_s": float(timeout), "memory_mb": memory,
-      "work_mb": config.work_dir_mb, "tmp_mb": config.tmp_mb,
       "max_output_bytes": config.max_output_bytes,
       "max_files_out": config.max_files_out,
       "max_files_out_bytes": config.max_files_out_mb << 20,

@@ -19,7 +19,12 @@ from rl_post.sandbox.inner import wire
 # extra before it declares the worker hung and kills it from outside.
 _HOST_GRACE_S = 10.0
 _ZYGOTE_OVERHEAD_MB = 64
-_EXTRA_TASKS = 8  # bwrap x2, zygote, runner (+ slack)
+# bwrap x2, zygote, the running runner, the next run's runner + candidate
+# (prepared ahead), a runner still exiting (+ slack).
+_EXTRA_TASKS = 10
+
+
+_PAYLOAD_KEYS = ("language", "code", "stdin", "files", "limits", "seccomp")
 
 
 class WorkerError(Exception):
@@ -57,7 +62,7 @@ class Worker:
           (self.config.memory_mb + _ZYGOTE_OVERHEAD_MB) << 20,
           self.config.max_procs + _EXTRA_TASKS)
     self.proc = launcher.spawn(self.config, self.stage, self.cgroup,
-                               self.log_path)
+                               self.log_path, self.process_tmp_root)
     self._reader = wire.FrameReader(max_bytes=self._max_reply_bytes())
     self._spawned_at = time.monotonic()
 
@@ -126,18 +131,18 @@ class Worker:
     req["limits"] = dict(req["limits"])
     req["limits"]["address_space_bytes"] = (
         self.info.get("vm_size_bytes", 0) + (req["memory_mb"] << 20))
-    req["process_tmp_root"] = self.process_tmp_root
     oom_before = 0
     if self.cgroup is not None:
       self.cgroup.set_limits(
           (req["memory_mb"] + _ZYGOTE_OVERHEAD_MB) << 20,
           self.config.max_procs + _EXTRA_TASKS)
       oom_before = self.cgroup.oom_kills()
-    # Header (limits) for the zygote, payload for the per-run runner only.
-    payload = {k: req.pop(k) for k in ("code", "stdin", "files")}
+    # A binary header (limits) for the zygote and the runner; the payload
+    # frame for the candidate only.
+    payload = {k: req[k] for k in _PAYLOAD_KEYS}
     try:
       os.write(self.proc.stdin.fileno(),
-               wire.encode(req) + wire.encode(payload))
+               wire.encode_run_header(req) + wire.encode(payload))
     except OSError as e:
       raise WorkerError(f"cannot send to worker: {e}") from None
     deadline = time.monotonic() + req["timeout_s"] + _HOST_GRACE_S

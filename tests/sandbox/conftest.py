@@ -17,6 +17,9 @@ SECRET = "rl-post-host-secret-" + os.urandom(8).hex()
 os.environ["RL_POST_TEST_SECRET"] = SECRET
 
 WORKER_TASKS = 3  # outer bwrap, bwrap's pid-1, zygote
+# In strict mode each worker keeps the next run prepared: its runner (pid 1
+# of fresh namespaces) and its candidate, confined and waiting.
+PREPARED = ("sb-candidate", "sb-runner")
 
 
 def make_pool(**overrides):
@@ -32,9 +35,18 @@ def sb():
   pool.close()
 
 
+def _comm(pid):
+  try:
+    with open(f"/proc/{pid}/comm") as f:
+      return f.read().strip()
+  except OSError:
+    return None
+
+
 def worker_processes(pool):
-  """Live processes per worker (from the worker cgroups)."""
-  return [len(w.cgroup.pids()) if w.cgroup is not None else None
+  """Names of the live processes per worker (from the worker cgroups)."""
+  return [sorted(filter(None, map(_comm, w.cgroup.pids())))
+          if w.cgroup is not None else None
           for w in pool._workers]  # pylint: disable=protected-access
 
 
@@ -44,15 +56,18 @@ def assert_no_leftovers(pool, timeout_s=3.0):
     return
   assert pool.stats()["cgroups"] is not None, (
       "tests expect cgroups (run as root, as CI does)")
-  expected = WORKER_TASKS if pool.config.isolation == "strict" else 1
+  strict = pool.config.isolation == "strict"
   deadline = time.monotonic() + timeout_s
   while True:
-    counts = worker_processes(pool)
-    if all(c == expected for c in counts):
+    names = worker_processes(pool)
+    # Exactly the worker's own processes; in strict mode plus one prepared
+    # runner and candidate (any survivor of a run would be one more).
+    if all(len(n) == (WORKER_TASKS + len(PREPARED) if strict else 1) and
+           (not strict or [x for x in n if x.startswith("sb-")] ==
+            list(PREPARED)) for n in names):
       return
     if time.monotonic() > deadline:
-      raise AssertionError(f"processes left in workers: {counts}, "
-                           f"expected {expected} each")
+      raise AssertionError(f"processes left in workers: {names}")
     time.sleep(0.05)
 
 

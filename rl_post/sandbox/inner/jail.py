@@ -43,6 +43,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
@@ -75,6 +76,11 @@ def set_name(name):
 
 def set_dumpable(flag):
   _check(libc.prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0), "PR_SET_DUMPABLE")
+
+
+def set_no_new_privs():
+  """execve can never grant privileges again (setuid bits, file caps)."""
+  _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
 def _write_file(path, data):

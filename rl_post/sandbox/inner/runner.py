@@ -1,12 +1,20 @@
 """The per-run processes: runner R and candidate D (stdlib only).
 
-The zygote reads only a small header frame (limits) and starts R: in strict
-mode cloned straight into the run's new namespaces as their pid 1, in
-process mode forked. R reads the payload frame (code, stdin, files) from the
-channel itself, sets the run up, forks D, supervises it, collects the files
-and writes the reply frame. So the candidate's code, inputs and outputs
-never pass through the zygote's memory, and no later run (forked from the
-zygote) can find them there.
+R is started by the zygote *before* its request arrives: in strict mode
+cloned straight into fresh namespaces as their pid 1, where it maps the ids,
+mounts the run's tmpfs and /proc and drops every capability; in process
+mode forked, with a fresh temporary work dir. R then forks D, which confines
+itself as far as it can without the request, and both wait. So the costly
+part of a run (clone, namespaces, mounts, two forks) happens while the
+previous run executes, off the critical path.
+
+When the zygote hands R the run header (limits only), R starts the clock
+and wakes D. D reads the payload frame (code, stdin, files, limits) from
+the channel itself, writes the input files, finishes its confinement and
+runs the code. R supervises D, kills whatever is left, collects the work
+dir's files and writes the reply frame. So the candidate's code, inputs and
+outputs never pass through the zygote's memory, and no later run (forked
+from the zygote) can find them there.
 """
 
 import fcntl
@@ -25,6 +33,9 @@ import wire
 FLAG_FD = 3  # the candidate may write "M" (MemoryError) here; only a failure
 SETUP_FD = 4  # setup errors; closed before any candidate code runs
 _MAX_DEPTH = 8
+# D writes this on the setup pipe once the payload frame is read in full:
+# without it the channel is out of step and the worker must be replaced.
+PAYLOAD_READ = b"P"
 
 
 def write_input_files(root, files):
@@ -81,36 +92,62 @@ def collect_files(root, max_files, max_total_bytes):
   return files, omitted
 
 
-def candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w, work_dir,
-                   strict):
-  """D: confine this process, then run the candidate. Never returns."""
+def _install_fds(targets):
+  """dup2 each source fd onto its target without clobbering another source."""
+  high = {dst: fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, 64)
+          for dst, src in targets.items()}
+  for dst, src in high.items():
+    os.dup2(src, dst)  # dup2 clears close-on-exec on the target
+    os.close(src)
+
+
+def _stdin_fd(data):
+  if not data:
+    return os.open("/dev/null", os.O_RDONLY)
+  fd = os.memfd_create("stdin", 0)
+  view = memoryview(data)
+  while view:
+    view = view[os.write(fd, view):]
+  os.lseek(fd, 0, os.SEEK_SET)
+  return fd
+
+
+def candidate_main(ctx, fds, work_dir):
+  """D: confine, wait for the request, read it, run it. Never returns.
+
+  Args:
+    ctx: the zygote's settings (mode, seccomp).
+    fds: go (header from R), chan_in (payload), out, err, flag, setup.
+    work_dir: the run's work dir.
+  """
+  setup_fd = fds["setup"]
   try:
     jail.set_name("sb-candidate")
     os.setsid()
-    if stdin_fd < 0:
-      stdin_fd = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(stdin_fd, 0)
-    os.dup2(out_w, 1)
-    os.dup2(err_w, 2)
-    os.dup2(flag_w, FLAG_FD)
-    os.dup2(setup_w, SETUP_FD)
-    jail.close_fds_except([0, 1, 2, FLAG_FD, SETUP_FD])
     os.chdir(work_dir)
     jail.clean_environment(work_dir)
+    jail.set_no_new_privs()
+    if os.read(fds["go"], 1) != b"1":
+      os._exit(0)  # abandoned before a request came (worker shutting down)
+    payload = wire.read_frame(fds["chan_in"])
+    os.write(setup_fd, PAYLOAD_READ)
+    write_input_files(work_dir, payload["files"])
+    _install_fds({0: _stdin_fd(payload["stdin"]), 1: fds["out"],
+                  2: fds["err"], FLAG_FD: fds["flag"], SETUP_FD: setup_fd})
+    setup_fd = SETUP_FD
+    jail.close_fds_except([0, 1, 2, FLAG_FD, SETUP_FD])
     jail.raise_oom_score()
-    jail.set_limits(req["limits"])
-    if strict:
-      jail.drop_capabilities()
-    if req["seccomp"]:
+    jail.set_limits(payload["limits"])
+    if ctx["seccomp"] and payload["seccomp"]:
       seccomp_bpf.install(jail.libc)
     # From here on nothing the candidate does can claim a sandbox failure.
     os.close(SETUP_FD)
   except BaseException as e:  # pylint: disable=broad-except
     try:
-      os.write(SETUP_FD, f"{type(e).__name__}: {e}".encode())
+      os.write(setup_fd, f"{type(e).__name__}: {e}".encode())
     finally:
       os._exit(126)
-  harness.run(req["language"], req["code"], FLAG_FD, work_dir)
+  harness.run(payload["language"], payload["code"], FLAG_FD, work_dir)
 
 
 def _read_nonblocking(fd, n):
@@ -119,17 +156,6 @@ def _read_nonblocking(fd, n):
     return os.read(fd, n)
   except OSError:
     return b""
-
-
-def _stdin_fd(data):
-  if not data:
-    return -1
-  fd = os.memfd_create("stdin", 0)
-  view = memoryview(data)
-  while view:
-    view = view[os.write(fd, view):]
-  os.lseek(fd, 0, os.SEEK_SET)
-  return fd
 
 
 def _kill_namespace():
@@ -152,106 +178,138 @@ def _reap_all(pid):
       status = st
 
 
-def _strict_run(req, stdin_fd, out_w, err_w, watch):
-  """In the cloned pid 1 of the run's namespaces (see jail.py)."""
-  outer_uid, outer_gid = req["outer_ids"]
-  jail.write_id_maps(outer_uid, outer_gid)
-  jail.mount_run_filesystems(req["work_mb"], req["tmp_mb"])
-  jail.mount_run_proc()
-  write_input_files(jail.WORK_DIR, req["files"])
-  # As pid 1, signals from inside the namespace reach only handlers we
-  # install; drop Python's SIGINT handler so nothing can interrupt us.
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
-  flag_r, flag_w = os.pipe()
-  setup_r, setup_w = os.pipe()
-  jail.set_dumpable(False)  # D shares our uid: keep it out of our memory
-  d = os.fork()
-  if d == 0:
-    jail.set_dumpable(True)  # its own /proc/self, as in a normal process
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w,
-                   jail.WORK_DIR, True)
-  for fd in (stdin_fd, out_w, err_w, flag_w, setup_w):
-    if fd >= 0:
-      os.close(fd)
-  jail.drop_capabilities(bounding=False)
-  outcome = watch(d, _kill_namespace, 1.0)
-  _kill_namespace()
-  wait_status = _reap_all(d)  # after this no process of the run is left
-  flag = _read_nonblocking(flag_r, 16).decode("utf-8", "replace")
-  outcome.setup_error = _read_nonblocking(setup_r, 4096).decode(
-      "utf-8", "replace")
-  files, omitted = collect_files(jail.WORK_DIR, req["max_files_out"],
-                                 req["max_files_out_bytes"])
-  return outcome, wait_status, flag, files, omitted
+class _Prepared:
+  """A runner's state between preparation and its request."""
 
+  def __init__(self, ctx, work_dir):
+    self.ctx = ctx
+    self.work_dir = work_dir
+    self.d = None
+    self.fds = {}
 
-def _process_run(req, stdin_fd, out_w, err_w, watch):
-  import shutil  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
-  work_dir = tempfile.mkdtemp(prefix="run-", dir=req["process_tmp_root"])
-  try:
-    write_input_files(work_dir, req["files"])
-    flag_r, flag_w = os.pipe()
-    setup_r, setup_w = os.pipe()
-    d = os.fork()
-    if d == 0:
-      candidate_main(req, stdin_fd, out_w, err_w, flag_w, setup_w, work_dir,
-                     False)
-    for fd in (stdin_fd, out_w, err_w, flag_w, setup_w):
-      if fd >= 0:
-        os.close(fd)
-    def kill_group():
+  def kill(self):
+    if self.ctx["mode"] == "strict":
+      _kill_namespace()
+    else:
       try:
-        os.killpg(d, signal.SIGKILL)
+        os.killpg(self.d, signal.SIGKILL)
       except OSError:
         pass
 
-    outcome = watch(d, kill_group, 0.05)
-    _, wait_status = os.waitpid(d, 0)
-    kill_group()  # the rest of its process group
-    flag = _read_nonblocking(flag_r, 16).decode("utf-8", "replace")
-    outcome.setup_error = _read_nonblocking(setup_r, 4096).decode(
-        "utf-8", "replace")
-    files, omitted = collect_files(work_dir, req["max_files_out"],
-                                   req["max_files_out_bytes"])
-    return outcome, wait_status, flag, files, omitted
-  finally:
-    shutil.rmtree(work_dir, ignore_errors=True)
+
+def _prepare_strict(ctx):
+  """In the cloned pid 1 of the run's namespaces (see jail.py)."""
+  jail.write_id_maps(*ctx["outer_ids"])
+  jail.mount_run_filesystems(ctx["work_mb"], ctx["tmp_mb"])
+  jail.mount_run_proc()
+  # As pid 1, signals from inside the namespace reach only handlers we
+  # install; drop Python's SIGINT handler so nothing can interrupt us.
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+  # R needs no capability from here on, and D inherits the empty sets.
+  jail.drop_capabilities()
+  return jail.WORK_DIR
 
 
-def runner_main(header, chan_in, chan_out, done_w):
-  """R: reads the payload, runs it, writes the reply. Never returns.
+def _prepare_process(ctx):
+  import tempfile  # pylint: disable=g-import-not-at-top
+  return tempfile.mkdtemp(prefix="run-", dir=ctx["tmp_root"])
 
-  A byte on `done_w` means the reply frame is being written in full; without
-  it the channel is in an unknown state (the zygote then exits).
+
+def prepare(ctx, chan_in):
+  """R before its request: the run's filesystem, and D forked and waiting."""
+  strict = ctx["mode"] == "strict"
+  prep = _Prepared(ctx, (_prepare_strict if strict else _prepare_process)(ctx))
+  out_r, out_w = os.pipe()
+  err_r, err_w = os.pipe()
+  flag_r, flag_w = os.pipe()
+  setup_r, setup_w = os.pipe()
+  go_r, go_w = os.pipe()
+  if strict:
+    jail.set_dumpable(False)  # D shares our uid: keep it out of our memory
+  d = os.fork()
+  if d == 0:
+    if strict:
+      jail.set_dumpable(True)  # its own /proc/self, as in a normal process
+    try:
+      signal.signal(signal.SIGINT, signal.default_int_handler)
+      for fd in (out_r, err_r, flag_r, setup_r, go_w):
+        os.close(fd)
+      candidate_main(ctx, {"go": go_r, "chan_in": chan_in, "out": out_w,
+                           "err": err_w, "flag": flag_w, "setup": setup_w},
+                     prep.work_dir)
+    finally:
+      os._exit(127)  # D never returns into the runner's code
+  for fd in (out_w, err_w, flag_w, setup_w, go_r, chan_in):
+    os.close(fd)
+  prep.d = d
+  prep.fds = {"out": out_r, "err": err_r, "flag": flag_r, "setup": setup_r,
+              "go": go_w}
+  return prep
+
+
+def _run(prep, header, deadline):
+  """Starts D on the request and supervises it to the end."""
+  fds = prep.fds
+  os.write(fds["go"], b"1")
+  os.close(fds["go"])
+  strict = prep.ctx["mode"] == "strict"
+  outcome = supervise.watch(prep.d, prep.kill, fds["out"], fds["err"],
+                            deadline, header["max_output_bytes"],
+                            1.0 if strict else 0.05)
+  if strict:
+    _kill_namespace()
+    wait_status = _reap_all(prep.d)  # after this no process of the run is left
+  else:
+    _, wait_status = os.waitpid(prep.d, 0)
+    prep.kill()  # the rest of its process group
+  flag = _read_nonblocking(fds["flag"], 16).decode("utf-8", "replace")
+  setup = _read_nonblocking(fds["setup"], 4096)
+  payload_read = setup.startswith(PAYLOAD_READ)
+  outcome.setup_error = setup[len(PAYLOAD_READ) if payload_read else 0:
+                              ].decode("utf-8", "replace")
+  if not payload_read and not outcome.setup_error:
+    outcome.setup_error = "the candidate exited before reading its request"
+  files, omitted = collect_files(prep.work_dir, header["max_files_out"],
+                                 header["max_files_out_bytes"])
+  return outcome, wait_status, flag, files, omitted, payload_read
+
+
+def runner_main(ctx, go_r, chan_in, chan_out, done_w):
+  """R: prepares, waits for its request, runs it, replies. Never returns.
+
+  A byte on `done_w` means the reply frame is being written in full and the
+  channel is in step; without it the zygote exits and the worker is
+  replaced.
   """
-  t0 = time.monotonic()
   jail.set_name("sb-runner")
+  jail.close_fds_except([0, 1, 2, go_r, chan_in, chan_out, done_w])
+  os.setsid()
+  devnull = os.open("/dev/null", os.O_RDWR)
+  os.dup2(devnull, 0)
+  os.dup2(devnull, 1)
+  os.close(devnull)
+  prep, prep_error = None, None
   try:
-    payload = wire.read_frame(chan_in)
+    prep = prepare(ctx, chan_in)
+  except BaseException as e:  # pylint: disable=broad-except
+    prep_error = f"runner setup: {type(e).__name__}: {e}"
+    _log_traceback()
+  try:
+    _, header = wire.read_run_header(go_r)
   except BaseException:  # pylint: disable=broad-except
-    os._exit(3)
+    if prep is not None:
+      prep.kill()
+    os._exit(0)  # no request: the zygote is gone or replaced us
+  t0 = time.monotonic()
   reply = {"event": "result"}
+  payload_read = False
   try:
-    req = dict(header, **payload)
-    os.setsid()
-    devnull = os.open("/dev/null", os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    stdin_fd = _stdin_fd(req["stdin"])
-    deadline = t0 + req["timeout_s"]
-
-    def watch(top, kill, drain_s):
-      return supervise.watch(top, kill, out_r, err_r, deadline,
-                             req["max_output_bytes"], drain_s)
-
-    run = _strict_run if req["mode"] == "strict" else _process_run
-    outcome, wait_status, flag, files, omitted = run(
-        req, stdin_fd, out_w, err_w, watch)
+    if prep is None:
+      wire.read_frame(chan_in)  # keep the channel in step, then report
+      payload_read = True
+      raise RuntimeError(prep_error)
+    outcome, wait_status, flag, files, omitted, payload_read = _run(
+        prep, header, t0 + header["timeout_s"])
     reply.update(
         stdout=bytes(outcome.out["stdout"]),
         stderr=bytes(outcome.out["stderr"]),
@@ -261,19 +319,28 @@ def runner_main(header, chan_in, chan_out, done_w):
         files=files, files_omitted=omitted)
   except BaseException as e:  # pylint: disable=broad-except
     reply["error"] = f"runner: {type(e).__name__}: {e}"
-    try:
-      os.write(2, traceback.format_exc().encode()[-2000:])
-    except BaseException:  # pylint: disable=broad-except
-      pass
+    _log_traceback()
+  finally:
+    if prep is not None and prep.ctx["mode"] == "process":
+      import shutil  # pylint: disable=g-import-not-at-top
+      shutil.rmtree(prep.work_dir, ignore_errors=True)
   reply["wall_s"] = time.monotonic() - t0
   try:
     data = wire.encode(reply)
-    # Announce first: in process mode the host sweeps the worker's cgroup
-    # (this runner included) as soon as it has read the reply.
-    os.write(done_w, b"1")
+    if payload_read:
+      # Announce first: in process mode the host sweeps the worker's cgroup
+      # (this runner included) as soon as it has read the reply.
+      os.write(done_w, b"1")
     view = memoryview(data)
     while view:
       view = view[os.write(chan_out, view):]
   except BaseException:  # pylint: disable=broad-except
     os._exit(4)
   os._exit(0)
+
+
+def _log_traceback():
+  try:
+    os.write(2, traceback.format_exc().encode()[-2000:])
+  except BaseException:  # pylint: disable=broad-except
+    pass

@@ -1,8 +1,11 @@
-"""Length-prefixed JSON frames between the host and a worker (stdlib only).
+"""What travels between the host and a worker (stdlib only).
 
-A frame is an 8-byte big-endian length followed by UTF-8 JSON. Bytes values
-travel as ``{"__b64__": "..."}``. The host treats every frame it reads as
-untrusted data: plain JSON, decoded with a size cap, never unpickled.
+A request is a fixed-size binary run header (the limits the zygote and the
+runner need, so neither has to parse JSON) followed by a payload frame that
+only the candidate reads. A frame is an 8-byte big-endian length followed by
+UTF-8 JSON; bytes values travel as ``{"__b64__": "..."}``. The host treats
+every frame it reads as untrusted data: plain JSON, decoded with a size
+cap, never unpickled.
 """
 
 import base64
@@ -11,6 +14,10 @@ import os
 import struct
 
 _HEADER = struct.Struct(">Q")
+# timeout_s, max_output_bytes (per stream), max_files_out, max_files_out_bytes
+RUN_HEADER = struct.Struct(">dQQQ")
+RUN_HEADER_FIELDS = ("timeout_s", "max_output_bytes", "max_files_out",
+                     "max_files_out_bytes")
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 
 
@@ -66,6 +73,16 @@ def _read_exact(fd, n):
     chunks.append(chunk)
     n -= len(chunk)
   return b"".join(chunks)
+
+
+def encode_run_header(header):
+  return RUN_HEADER.pack(*(header[k] for k in RUN_HEADER_FIELDS))
+
+
+def read_run_header(fd):
+  """(raw bytes, dict) of the next run header; EOFError at end of input."""
+  raw = _read_exact(fd, RUN_HEADER.size)
+  return raw, dict(zip(RUN_HEADER_FIELDS, RUN_HEADER.unpack(raw)))
 
 
 def read_frame(fd, max_bytes=MAX_FRAME_BYTES):
