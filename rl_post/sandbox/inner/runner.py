@@ -36,6 +36,10 @@ _MAX_DEPTH = 8
 # D writes this on the setup pipe once the payload frame is read in full:
 # without it the channel is out of step and the worker must be replaced.
 PAYLOAD_READ = b"P"
+# R to the zygote: TAKEN once it has the run header (until then the payload
+# is untouched and another runner can take the request), DONE once the
+# reply is being written in full (the channel is in step again).
+TAKEN, DONE = b"T", b"1"
 
 
 def write_input_files(root, files):
@@ -215,10 +219,9 @@ def _prepare_process(ctx):
   return tempfile.mkdtemp(prefix="run-", dir=ctx["tmp_root"])
 
 
-def prepare(ctx, chan_in):
-  """R before its request: the run's filesystem, and D forked and waiting."""
-  strict = ctx["mode"] == "strict"
-  prep = _Prepared(ctx, (_prepare_strict if strict else _prepare_process)(ctx))
+def _fork_candidate(prep, chan_in):
+  """Forks D, which confines itself and waits for the go byte."""
+  strict = prep.ctx["mode"] == "strict"
   out_r, out_w = os.pipe()
   err_r, err_w = os.pipe()
   flag_r, flag_w = os.pipe()
@@ -234,24 +237,46 @@ def prepare(ctx, chan_in):
       signal.signal(signal.SIGINT, signal.default_int_handler)
       for fd in (out_r, err_r, flag_r, setup_r, go_w):
         os.close(fd)
-      candidate_main(ctx, {"go": go_r, "chan_in": chan_in, "out": out_w,
-                           "err": err_w, "flag": flag_w, "setup": setup_w},
+      candidate_main(prep.ctx, {"go": go_r, "chan_in": chan_in, "out": out_w,
+                                "err": err_w, "flag": flag_w,
+                                "setup": setup_w},
                      prep.work_dir)
     finally:
       os._exit(127)  # D never returns into the runner's code
-  for fd in (out_w, err_w, flag_w, setup_w, go_r, chan_in):
+  for fd in (out_w, err_w, flag_w, setup_w, go_r):
     os.close(fd)
   prep.d = d
   prep.fds = {"out": out_r, "err": err_r, "flag": flag_r, "setup": setup_r,
               "go": go_w}
+
+
+def prepare(ctx, chan_in):
+  """R before its request: the run's filesystem, and D forked and waiting."""
+  strict = ctx["mode"] == "strict"
+  prep = _Prepared(ctx, (_prepare_strict if strict else _prepare_process)(ctx))
+  _fork_candidate(prep, chan_in)
   return prep
 
 
-def _run(prep, header, deadline):
+def _wake_candidate(prep, chan_in):
+  """Sends D its go byte; a D that died while waiting is replaced first."""
+  try:
+    dead = os.waitpid(prep.d, os.WNOHANG)[0] != 0
+  except ChildProcessError:
+    dead = True
+  if dead:
+    for fd in prep.fds.values():
+      os.close(fd)
+    _fork_candidate(prep, chan_in)
+  os.write(prep.fds["go"], b"1")
+  os.close(prep.fds.pop("go"))
+  os.close(chan_in)
+
+
+def _run(prep, header, deadline, chan_in):
   """Starts D on the request and supervises it to the end."""
+  _wake_candidate(prep, chan_in)
   fds = prep.fds
-  os.write(fds["go"], b"1")
-  os.close(fds["go"])
   strict = prep.ctx["mode"] == "strict"
   outcome = supervise.watch(prep.d, prep.kill, fds["out"], fds["err"],
                             deadline, header["max_output_bytes"],
@@ -277,9 +302,9 @@ def _run(prep, header, deadline):
 def runner_main(ctx, go_r, chan_in, chan_out, done_w):
   """R: prepares, waits for its request, runs it, replies. Never returns.
 
-  A byte on `done_w` means the reply frame is being written in full and the
-  channel is in step; without it the zygote exits and the worker is
-  replaced.
+  On `done_w` R writes TAKEN when it has the run header, and DONE when the
+  reply frame is being written in full and the channel is in step; without
+  DONE the zygote exits and the worker is replaced.
   """
   jail.set_name("sb-runner")
   jail.close_fds_except([0, 1, 2, go_r, chan_in, chan_out, done_w])
@@ -296,6 +321,7 @@ def runner_main(ctx, go_r, chan_in, chan_out, done_w):
     _log_traceback()
   try:
     _, header = wire.read_run_header(go_r)
+    os.write(done_w, TAKEN)
   except BaseException:  # pylint: disable=broad-except
     if prep is not None:
       prep.kill()
@@ -309,7 +335,7 @@ def runner_main(ctx, go_r, chan_in, chan_out, done_w):
       payload_read = True
       raise RuntimeError(prep_error)
     outcome, wait_status, flag, files, omitted, payload_read = _run(
-        prep, header, t0 + header["timeout_s"])
+        prep, header, t0 + header["timeout_s"], chan_in)
     reply.update(
         stdout=bytes(outcome.out["stdout"]),
         stderr=bytes(outcome.out["stderr"]),
@@ -330,7 +356,7 @@ def runner_main(ctx, go_r, chan_in, chan_out, done_w):
     if payload_read:
       # Announce first: in process mode the host sweeps the worker's cgroup
       # (this runner included) as soon as it has read the reply.
-      os.write(done_w, b"1")
+      os.write(done_w, DONE)
     view = memoryview(data)
     while view:
       view = view[os.write(chan_out, view):]

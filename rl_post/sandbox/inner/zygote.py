@@ -31,6 +31,8 @@ import wire  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Backstop on top of the runner's own deadline (it kills the run itself).
 _RUNNER_GRACE_S = 8.0
+# A prepared runner takes a header at once; this only bounds a hung one.
+_TAKEN_TIMEOUT_S = 10.0
 _FLAGS = {"--mode": "mode", "--preload": "preload", "--work-mb": "work_mb",
           "--tmp-mb": "tmp_mb", "--tmp-root": "tmp_root"}
 
@@ -118,18 +120,39 @@ class Zygote:
         sys.stderr.write(f"zygote: cannot prepare a runner: {e}\n")
 
   def _hand_over(self, raw_header):
-    """Gives the run header to a live runner; returns it, or None."""
-    for _ in range(2):
+    """Gives the run header to a live runner; returns it, or None.
+
+    A runner that died before taking the header (say, killed for memory
+    while it waited) has not touched the payload: another one takes it.
+    """
+    for _ in range(3):
       r, self.prepared = self.prepared, None
       if r is None:
         r = self.start_runner()
       try:
         os.write(r.go_w, raw_header)  # a few bytes: one atomic pipe write
-        return r
-      except OSError:  # it died while waiting (say, killed for memory)
-        r.kill()
-        self._retire(r)
+        if self._wait_byte(r, _TAKEN_TIMEOUT_S) == runner.TAKEN:
+          return r
+      except OSError:
+        pass
+      r.kill()
+      self._retire(r)
     return None
+
+  def _wait_byte(self, r, timeout_s):
+    """The runner's next status byte, or None if it died or stayed silent."""
+    poller = select.poll()
+    poller.register(r.done_r, select.POLLIN)
+    poller.register(r.pidfd, select.POLLIN)
+    if not poller.poll(int(timeout_s * 1000)):
+      return None
+    os.set_blocking(r.done_r, False)
+    try:
+      return os.read(r.done_r, 1)
+    except OSError:
+      return None
+    finally:
+      os.set_blocking(r.done_r, True)
 
   def serve(self, raw_header, header):
     """One request; False if the channel is now unusable."""
@@ -153,17 +176,10 @@ class Zygote:
 
   def _await_reply(self, r, timeout_s):
     """True once the runner announced its full reply (the channel is ours)."""
-    poller = select.poll()
-    poller.register(r.done_r, select.POLLIN)
-    poller.register(r.pidfd, select.POLLIN)
-    if not poller.poll(int(timeout_s * 1000)):
-      r.kill()  # strict: pid 1, so the whole run dies
-      return False
-    os.set_blocking(r.done_r, False)
-    try:
-      return os.read(r.done_r, 1) == b"1"
-    except OSError:
-      return False
+    if self._wait_byte(r, timeout_s) == runner.DONE:
+      return True
+    r.kill()  # strict: pid 1, so the whole run dies
+    return False
 
   def _retire(self, r):
     r.close()

@@ -1,0 +1,77 @@
+"""Runs prepared ahead: fresh per run, and recovered when they die idle.
+
+In strict mode each worker keeps the next run's runner (pid 1 of fresh
+namespaces) and candidate prepared while the current run executes.
+"""
+
+import os
+import signal
+import time
+
+from rl_post.sandbox import Sandbox, SandboxConfig
+
+
+def _prepared_pids(pool, name):
+  """Host pids of the worker's prepared processes called `name`."""
+  worker = pool._workers[0]  # pylint: disable=protected-access
+  deadline = time.monotonic() + 5
+  while True:
+    pids = []
+    for pid in worker.cgroup.pids():
+      try:
+        with open(f"/proc/{pid}/comm") as f:
+          if f.read().strip() == name:
+            pids.append(pid)
+      except OSError:
+        pass
+    if len(pids) == 1 or time.monotonic() > deadline:
+      return pids
+    time.sleep(0.02)
+
+
+def test_every_run_gets_fresh_namespaces_although_prepared_ahead():
+  code = ("import os\n"
+          "print(os.readlink('/proc/self/ns/net'), os.readlink("
+          "'/proc/self/ns/mnt'), os.readlink('/proc/self/ns/pid'))\n"
+          "open('/tmp/mark', 'w').write('x')\n"
+          "print(sorted(os.listdir('/tmp')), sorted(os.listdir('.')))")
+  with Sandbox(SandboxConfig(num_workers=1)) as pool:
+    outs = [pool.run(code) for _ in range(4)]
+  assert all(r.status == "ok" for r in outs), outs
+  namespaces = [r.stdout.splitlines()[0] for r in outs]
+  assert len(set(namespaces)) == 4, namespaces
+  # nothing a run wrote is visible to the next one, prepared during it
+  assert all(r.stdout.splitlines()[1] == "['mark'] []" for r in outs), outs
+
+
+def test_prepared_runner_killed_while_idle_is_replaced(check):
+  with Sandbox(SandboxConfig(num_workers=1)) as pool:
+    assert pool.run("print(1)").status == "ok"
+    (runner,) = _prepared_pids(pool, "sb-runner")
+    os.kill(runner, signal.SIGKILL)  # no sleep: it may still be dying
+    r = pool.run("print(2)")
+    assert r.status == "ok" and r.stdout == "2\n", r
+    assert pool.stats()["recycles"] == 0
+    check.healthy(pool)
+
+
+def test_prepared_candidate_killed_while_idle_is_replaced(check):
+  with Sandbox(SandboxConfig(num_workers=1)) as pool:
+    assert pool.run("print(1)").status == "ok"
+    (candidate,) = _prepared_pids(pool, "sb-candidate")
+    os.kill(candidate, signal.SIGKILL)
+    time.sleep(0.2)  # dead before the request comes (as after an OOM kill)
+    r = pool.run("print(2)")
+    assert r.status == "ok" and r.stdout == "2\n", r
+    stats = pool.stats()
+    assert stats["status"]["sandbox_error"] == 0 and stats["recycles"] == 0
+    check.healthy(pool)
+
+
+def test_wall_time_counts_from_the_request_not_from_preparation():
+  with Sandbox(SandboxConfig(num_workers=1, timeout_s=1.0)) as pool:
+    assert pool.run("print(1)").status == "ok"
+    time.sleep(1.5)  # the next run has been prepared for longer than this
+    r = pool.run("import time; time.sleep(0.3); print('done')")
+    assert r.status == "ok" and r.stdout == "done\n", r
+    assert 0.3 <= r.wall_s < 1.0
