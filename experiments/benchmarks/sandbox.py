@@ -1,14 +1,19 @@
 """Sandbox throughput and latency vs. per-execution baselines.
 
-  python experiments/benchmarks/sandbox.py --runs=200 \
+  python experiments/benchmarks/sandbox.py --runs=200 --repeats=3 \
       --output=/tmp/rl_post_sandbox_bench.json
 
 For a trivial snippet and a HumanEval-sized program, at concurrency 1 and 2,
-measures executions/s and p50/p99 latency of: our strict pool, our process
-pool, `subprocess.run([python, "-c", code])`, and one bubblewrap invocation
-per execution (same minimal root, no pool). Prints a table, writes JSON.
-Run as root, like CI, so workers drop to an unprivileged uid and cgroups
-are used.
+measures executions/s, p50/p99 latency and CPU per execution of: our strict
+pool, our process pool, `subprocess.run([python, "-c", code])`, and one
+bubblewrap invocation per execution (same minimal root, no pool). Every
+cell is measured --repeats times, interleaved so that load drifts on a
+shared machine hit all systems alike, and the table reports medians.
+"Machine CPU" is whole-machine busy time per execution (kernel work on
+other threads, such as namespace teardown, included); on 2 cores it bounds
+throughput at full load. The run ends with the cost floor of a strict run
+(sandbox_floor.py). Prints tables, writes JSON. Run as root, like CI, so
+workers drop to an unprivileged uid and cgroups are used.
 """
 
 import concurrent.futures
@@ -24,11 +29,17 @@ from absl import flags
 from rl_post.sandbox import Sandbox, SandboxConfig
 from rl_post.sandbox import launcher
 
+import sandbox_floor  # the script's own directory is on sys.path
+
 _RUNS = flags.DEFINE_integer("runs", 200, "Executions per (system, snippet, "
                              "concurrency) for the pools.")
 _BASELINE_RUNS = flags.DEFINE_integer("baseline_runs", 60, "Executions per "
                                       "cell for the per-execution baselines.")
 _CONCURRENCY = flags.DEFINE_list("concurrency", ["1", "2"], "Concurrencies.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Interleaved repeats of every "
+                                "cell; the table reports medians.")
+_FLOOR_OPS = flags.DEFINE_integer("floor_ops", 200, "Operations per "
+                                  "primitive for the cost floor.")
 _OUTPUT = flags.DEFINE_string("output", "/tmp/rl_post_sandbox_bench.json",
                               "Where to write the JSON results.")
 
@@ -150,66 +161,126 @@ def _fmt(value):
   return "n/a" if value is None else f"{value:.1f}"
 
 
-def main(argv):
-  del argv
-  rows = []
-  concurrencies = [int(c) for c in _CONCURRENCY.value]
-  base = SandboxConfig()
+def _machine_cpu_s():
+  """Whole-machine busy CPU (user+nice+system+irq+softirq, no steal)."""
+  with open("/proc/stat") as f:
+    v = [int(x) for x in f.readline().split()[1:8]]
+  return (v[0] + v[1] + v[2] + v[5] + v[6]) / _TICK
+
+
+def _median(values):
+  values = sorted(values)
+  return values[len(values) // 2]
+
+
+def _cells(concurrencies):
+  """(system, isolation, concurrency) in the order each repeat runs them."""
   systems = [("strict pool", "strict"), ("process pool", "process"),
              ("subprocess.run", None), ("bwrap per exec", None)]
-  for name, isolation in systems:
-    for conc in concurrencies:
-      sb = None
-      if isolation is not None:
-        sb = Sandbox(SandboxConfig(isolation=isolation, num_workers=conc))
-        fn, runs = _pool_fn(sb), _RUNS.value
-      elif name == "subprocess.run":
-        fn, runs = _subprocess_fn(base.python_executable), _BASELINE_RUNS.value
-      else:
-        fn, runs = _bwrap_fn(base), _BASELINE_RUNS.value
-      try:
-        for snippet, code in SNIPPETS.items():
-          row = {"system": name, "snippet": snippet, "concurrency": conc}
-          row.update(_measure(fn, code, runs, conc, _cpu_meter(sb, name)))
-          rows.append(row)
-          print(f"{name:15s} {snippet:9s} c={conc} "
-                f"{row['execs_per_s']:8.1f}/s p50 {row['p50_ms']:7.1f}ms "
-                f"p99 {row['p99_ms']:7.1f}ms cpu {_fmt(row['cpu_ms_per_exec'])}"
-                f"ms ok {row['ok']}/{runs}",
-                flush=True)
-      finally:
-        if sb is not None:
-          sb.close()
+  return [(name, iso, c) for c in concurrencies for name, iso in systems]
+
+
+def _run_cell(name, isolation, conc, base):
+  """One measurement of every snippet for one system at one concurrency."""
+  sb = None
+  if isolation is not None:
+    sb = Sandbox(SandboxConfig(isolation=isolation, num_workers=conc))
+    fn, runs = _pool_fn(sb), _RUNS.value
+  elif name == "subprocess.run":
+    fn, runs = _subprocess_fn(base.python_executable), _BASELINE_RUNS.value
+  else:
+    fn, runs = _bwrap_fn(base), _BASELINE_RUNS.value
+  out = {}
+  try:
+    for snippet, code in SNIPPETS.items():
+      m0 = _machine_cpu_s()
+      row = _measure(fn, code, runs, conc, _cpu_meter(sb, name))
+      row["machine_cpu_ms_per_exec"] = 1e3 * (_machine_cpu_s() - m0) / runs
+      out[snippet] = row
+  finally:
+    if sb is not None:
+      sb.close()
+  return out
+
+
+def _summarise(samples):
+  """Median over repeats of each figure; latencies from the median repeat."""
+  by_rate = sorted(samples, key=lambda r: r["execs_per_s"])
+  mid = by_rate[len(by_rate) // 2]
+  row = {k: mid[k] for k in ("p50_ms", "p99_ms")}
+  for key in ("execs_per_s", "cpu_ms_per_exec", "machine_cpu_ms_per_exec"):
+    vals = [r[key] for r in samples if r[key] is not None]
+    row[key] = _median(vals) if vals else None
+  row["runs"] = sum(r["runs"] for r in samples)
+  row["ok"] = sum(r["ok"] for r in samples)
+  row["execs_per_s_all"] = [r["execs_per_s"] for r in samples]
+  return row
+
+
+def main(argv):
+  del argv
+  concurrencies = [int(c) for c in _CONCURRENCY.value]
+  base = SandboxConfig()
+  samples = {}
+  for rep in range(_REPEATS.value):  # interleaved: load drifts hit all alike
+    for name, isolation, conc in _cells(concurrencies):
+      for snippet, row in _run_cell(name, isolation, conc, base).items():
+        samples.setdefault((name, snippet, conc), []).append(row)
+        print(f"[{rep + 1}/{_REPEATS.value}] {name:15s} {snippet:9s} c={conc} "
+              f"{row['execs_per_s']:8.1f}/s p50 {row['p50_ms']:7.1f}ms "
+              f"p99 {row['p99_ms']:7.1f}ms machine CPU "
+              f"{row['machine_cpu_ms_per_exec']:.1f}ms "
+              f"ok {row['ok']}/{row['runs']}", flush=True)
+  rows = []
+  for (name, snippet, conc), reps in samples.items():
+    rows.append({"system": name, "snippet": snippet, "concurrency": conc,
+                 **_summarise(reps)})
+  floor = sandbox_floor.measure(_FLOOR_OPS.value, base)
+  floor_ms = sandbox_floor.strict_floor_ms(floor)
   speedups = {}
   for row in rows:
-    if row["system"] == "strict pool":
-      key = (row["snippet"], row["concurrency"])
-      others = {r["system"]: r["execs_per_s"] for r in rows
-                if (r["snippet"], r["concurrency"]) == key}
-      cpu = {r["system"]: r["cpu_ms_per_exec"] for r in rows
-             if (r["snippet"], r["concurrency"]) == key}
-      speedups[f"{key[0]}/c{key[1]}"] = {
-          "vs_subprocess": row["execs_per_s"] / others["subprocess.run"],
-          "vs_bwrap": row["execs_per_s"] / others["bwrap per exec"],
-          "cpu_vs_subprocess": cpu["subprocess.run"] / cpu["strict pool"]}
-  header = ("| system | snippet | concurrency | execs/s | p50 ms | p99 ms "
-            "| CPU ms/exec |\n|---|---|---|---|---|---|---|")
-  print("\n" + header)
+    if row["system"] != "strict pool":
+      continue
+    key = (row["snippet"], row["concurrency"])
+    same = {r["system"]: r for r in rows
+            if (r["snippet"], r["concurrency"]) == key}
+    sub = same["subprocess.run"]
+    speedups[f"{key[0]}/c{key[1]}"] = {
+        "vs_subprocess": row["execs_per_s"] / sub["execs_per_s"],
+        "vs_bwrap": row["execs_per_s"] / same["bwrap per exec"]["execs_per_s"],
+        "machine_cpu_vs_subprocess": (sub["machine_cpu_ms_per_exec"] /
+                                      row["machine_cpu_ms_per_exec"]),
+        "cpu_budget_for_10x_ms": sub["machine_cpu_ms_per_exec"] / 10}
+  print(f"\nmedian of {_REPEATS.value} interleaved repeats; p50/p99 from the "
+        "median repeat")
+  print("| system | snippet | concurrency | execs/s | p50 ms | p99 ms "
+        "| process CPU ms/exec | machine CPU ms/exec |\n"
+        "|---|---|---|---|---|---|---|---|")
   for r in rows:
     print(f"| {r['system']} | {r['snippet']} | {r['concurrency']} | "
           f"{r['execs_per_s']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-          f"{_fmt(r['cpu_ms_per_exec'])} |")
-  print("\nstrict pool speed-up:")
+          f"{_fmt(r['cpu_ms_per_exec'])} | "
+          f"{_fmt(r['machine_cpu_ms_per_exec'])} |")
+  print("\nstrict pool speed-up (throughput):")
   for key, s in speedups.items():
-    print(f"  {key}: throughput {s['vs_subprocess']:.1f}x subprocess.run, "
-          f"{s['vs_bwrap']:.1f}x bwrap per exec; "
-          f"{s['cpu_vs_subprocess']:.1f}x less CPU per exec than subprocess")
+    print(f"  {key}: {s['vs_subprocess']:.1f}x subprocess.run, "
+          f"{s['vs_bwrap']:.1f}x bwrap per exec; machine CPU per exec "
+          f"{s['machine_cpu_vs_subprocess']:.1f}x less than subprocess.run")
+  print("\ncost floor of a strict run (sandbox_floor.py, machine CPU):")
+  for name, v in floor.items():
+    print(f"  {name}: {v['cpu_ms']:.2f} ms")
+  budget = max(s["cpu_budget_for_10x_ms"] for s in speedups.values())
+  print(f"  clone into namespaces + one fork: {floor_ms:.2f} ms; 10x "
+        f"subprocess.run at full load allows at most {budget:.2f} ms "
+        "of machine CPU per execution")
   meta = {"machine": platform.platform(), "cpus": os.cpu_count(),
           "load_avg": os.getloadavg(), "uid": os.geteuid(),
+          "repeats": _REPEATS.value,
           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
   with open(_OUTPUT.value, "w") as f:
-    json.dump({"meta": meta, "rows": rows, "speedups": speedups}, f, indent=1)
+    json.dump({"meta": meta, "rows": rows, "speedups": speedups,
+               "floor": floor, "strict_floor_ms": floor_ms}, f, indent=1)
   print(f"\nwrote {_OUTPUT.value}")
 
 

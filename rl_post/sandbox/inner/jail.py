@@ -97,12 +97,15 @@ _PYDLL = ctypes.PyDLL(None, use_errno=True)
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 
 
-def clone_into_run_namespaces():
+def clone_into_run_namespaces(flags=RUN_NAMESPACES):
   """fork() straight into fresh user, mount, pid, net, ipc, uts namespaces.
 
   One clone(2) instead of fork + unshare + fork: the child is pid 1 of its
   pid namespace. It is made safe for Python the way os.fork is, with
   PyOS_BeforeFork / PyOS_AfterFork_*; the zygote is single-threaded.
+
+  Args:
+    flags: the CLONE_NEW* flags (all of the run's namespaces by default).
 
   Returns:
     0 in the child, the child's pid in the parent.
@@ -113,7 +116,7 @@ def clone_into_run_namespaces():
   nr = _SYS_CLONE[os.uname().machine]
   api = ctypes.pythonapi
   api.PyOS_BeforeFork()
-  pid = syscall(nr, RUN_NAMESPACES | signal.SIGCHLD, 0, 0, 0, 0)
+  pid = syscall(nr, flags | signal.SIGCHLD, 0, 0, 0, 0)
   if pid == 0:
     api.PyOS_AfterFork_Child()
     return 0
