@@ -129,7 +129,8 @@ def candidate_main(ctx, fds, work_dir):
     jail.set_name("sb-candidate")
     os.setsid()
     os.chdir(work_dir)
-    jail.clean_environment(work_dir)
+    if ctx["mode"] != "strict":  # strict: the zygote set it up once
+      jail.clean_environment(work_dir)
     jail.set_no_new_privs()
     if os.read(fds["go"], 1) != b"1":
       os._exit(0)  # abandoned before a request came (worker shutting down)

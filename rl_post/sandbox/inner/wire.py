@@ -2,13 +2,15 @@
 
 A request is a fixed-size binary run header (the limits the zygote and the
 runner need, so neither has to parse JSON) followed by a payload frame that
-only the candidate reads. A frame is an 8-byte big-endian length followed by
-UTF-8 JSON; bytes values travel as ``{"__b64__": "..."}``. The host treats
-every frame it reads as untrusted data: plain JSON, decoded with a size
-cap, never unpickled.
+only the candidate reads. A frame is an 8-byte big-endian length, then the
+body: an 8-byte length and UTF-8 JSON, then the raw bytes values ("blobs"),
+each an 8-byte length and its bytes. In the JSON a bytes value is
+``{"__blob__": i}``, the i-th blob; no base64, so large inputs, outputs and
+files cost one copy. The host treats every frame it reads as untrusted
+data: plain JSON and bounded blobs, decoded with a size cap, every blob
+used exactly once, never unpickled.
 """
 
-import base64
 import json
 import os
 import struct
@@ -19,40 +21,77 @@ RUN_HEADER = struct.Struct(">dQQQ")
 RUN_HEADER_FIELDS = ("timeout_s", "max_output_bytes", "max_files_out",
                      "max_files_out_bytes")
 MAX_FRAME_BYTES = 256 * 1024 * 1024
+_BLOB_KEY = "__blob__"
 
 
 class WireError(Exception):
   """The peer sent something that is not a valid frame."""
 
 
-def _encode_default(obj):
-  if isinstance(obj, (bytes, bytearray, memoryview)):
-    return {"__b64__": base64.b64encode(bytes(obj)).decode("ascii")}
-  raise TypeError(f"cannot encode {type(obj).__name__}")
-
-
-def _decode_hook(obj):
-  if len(obj) == 1 and "__b64__" in obj:
-    value = obj["__b64__"]
-    if not isinstance(value, str):
-      raise WireError("bad __b64__ value")
-    return base64.b64decode(value.encode("ascii"), validate=True)
-  return obj
-
-
 def encode(message):
-  payload = json.dumps(message, default=_encode_default,
-                       separators=(",", ":")).encode("utf-8")
-  return _HEADER.pack(len(payload)) + payload
+  blobs = []
+
+  def default(obj):
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+      blobs.append(obj)
+      return {_BLOB_KEY: len(blobs) - 1}
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+  text = json.dumps(message, default=default,
+                    separators=(",", ":")).encode("utf-8")
+  parts = [b"", _HEADER.pack(len(text)), text]
+  for blob in blobs:
+    parts += [_HEADER.pack(len(blob)), blob]
+  body_len = sum(len(p) for p in parts)
+  parts[0] = _HEADER.pack(body_len)
+  return b"".join(parts)
 
 
-def decode(payload):
+def _split_body(body):
+  """(JSON text, [blobs]) of a frame body, with every length checked."""
+  view = memoryview(body)
+  if len(view) < _HEADER.size:
+    raise WireError("frame body too short")
+  (n,) = _HEADER.unpack_from(view)
+  pos = _HEADER.size + n
+  if pos > len(view):
+    raise WireError("frame JSON overruns the frame")
+  text = view[_HEADER.size:pos]
+  blobs = []
+  while pos < len(view):
+    if pos + _HEADER.size > len(view):
+      raise WireError("truncated blob length")
+    (n,) = _HEADER.unpack_from(view, pos)
+    start = pos + _HEADER.size
+    pos = start + n
+    if pos > len(view):
+      raise WireError("blob overruns the frame")
+    blobs.append(bytes(view[start:pos]))
+  return bytes(text), blobs
+
+
+def decode(body):
+  text, blobs = _split_body(body)
+  used = set()
+
+  def hook(obj):
+    if _BLOB_KEY in obj:
+      i = obj[_BLOB_KEY]
+      if (len(obj) != 1 or not isinstance(i, int) or isinstance(i, bool) or
+          not 0 <= i < len(blobs) or i in used):
+        raise WireError("bad blob reference")
+      used.add(i)
+      return blobs[i]
+    return obj
+
   try:
-    message = json.loads(payload.decode("utf-8"), object_hook=_decode_hook)
+    message = json.loads(text.decode("utf-8"), object_hook=hook)
   except (ValueError, RecursionError, UnicodeDecodeError) as e:
     raise WireError(f"undecodable frame: {e}") from None
   if not isinstance(message, dict):
     raise WireError("frame is not a JSON object")
+  if len(used) != len(blobs):
+    raise WireError("frame has unreferenced blobs")
   return message
 
 

@@ -218,6 +218,9 @@ def main():
     seccomp_bpf._PROGRAM = seccomp_bpf.build_filter()  # pylint: disable=protected-access
   if args["mode"] == "strict":
     jail.set_dumpable(False)
+    # Every strict run sees the same environment (HOME is its /work), so it
+    # is set here once instead of in every candidate.
+    jail.clean_environment(jail.WORK_DIR)
   gc.collect()
   gc.freeze()  # forked children do not copy-on-write the preloaded heap
   wire.write_frame(chan_out, {
