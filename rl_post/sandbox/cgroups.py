@@ -127,6 +127,7 @@ class WorkerCgroup:
     self.version = version
     self.dirs = dirs
     self._memory_bytes = None
+    self._max_tasks = None
 
   def procs_files(self):
     return [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]
@@ -150,8 +151,10 @@ class WorkerCgroup:
         if os.path.exists(os.path.join(d, "memory.swap.max")):
           _write(os.path.join(d, "memory.swap.max"), 0)
       self._memory_bytes = memory_bytes
-    pids_dir = self.dirs.get("pids", self.dirs.get("unified"))
-    _write(os.path.join(pids_dir, "pids.max"), max_tasks)
+    if max_tasks != self._max_tasks:
+      pids_dir = self.dirs.get("pids", self.dirs.get("unified"))
+      _write(os.path.join(pids_dir, "pids.max"), max_tasks)
+      self._max_tasks = max_tasks
 
   def oom_kills(self):
     if self.version == 1:
