@@ -75,3 +75,28 @@ def test_wall_time_counts_from_the_request_not_from_preparation():
     r = pool.run("import time; time.sleep(0.3); print('done')")
     assert r.status == "ok" and r.stdout == "done\n", r
     assert 0.3 <= r.wall_s < 1.0
+
+
+def test_next_run_is_prepared_even_if_the_current_one_exhausts_processes(
+    check):
+  # The next run is prepared while this one holds every process slot, so
+  # preparing it fails; it must be prepared again, not reported as an error.
+  hog = ("import os, time\n"
+         "kids = []\n"
+         "try:\n"
+         "  while True:\n"
+         "    pid = os.fork()\n"
+         "    if pid == 0:\n"
+         "      time.sleep(30); os._exit(0)\n"
+         "    kids.append(pid)\n"
+         "except OSError:\n"
+         "  pass\n"
+         "print(len(kids)); time.sleep(1.0)\n")
+  with Sandbox(SandboxConfig(num_workers=1, max_procs=16)) as pool:
+    for _ in range(3):
+      r = pool.run(hog)
+      assert r.status == "ok" and int(r.stdout) >= 8, r
+      r = pool.run("print(7)")
+      assert r.status == "ok" and r.stdout == "7\n", r
+    assert pool.stats()["status"]["sandbox_error"] == 0
+    check.healthy(pool)

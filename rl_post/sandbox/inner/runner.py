@@ -195,7 +195,7 @@ class _Prepared:
   def kill(self):
     if self.ctx["mode"] == "strict":
       _kill_namespace()
-    else:
+    elif self.d is not None:
       try:
         os.killpg(self.d, signal.SIGKILL)
       except OSError:
@@ -230,7 +230,13 @@ def _fork_candidate(prep, chan_in):
   go_r, go_w = os.pipe()
   if strict:
     jail.set_dumpable(False)  # D shares our uid: keep it out of our memory
-  d = os.fork()
+  try:
+    d = os.fork()
+  except OSError:
+    for fd in (out_r, out_w, err_r, err_w, flag_r, flag_w, setup_r, setup_w,
+               go_r, go_w):
+      os.close(fd)
+    raise
   if d == 0:
     if strict:
       jail.set_dumpable(True)  # its own /proc/self, as in a normal process
@@ -255,19 +261,25 @@ def prepare(ctx, chan_in):
   """R before its request: the run's filesystem, and D forked and waiting."""
   strict = ctx["mode"] == "strict"
   prep = _Prepared(ctx, (_prepare_strict if strict else _prepare_process)(ctx))
-  _fork_candidate(prep, chan_in)
+  try:
+    _fork_candidate(prep, chan_in)
+  except OSError:  # no process slot while the current run holds them all:
+    _log_traceback()  # fork it when the request comes (_wake_candidate)
   return prep
 
 
 def _wake_candidate(prep, chan_in):
   """Sends D its go byte; a D that died while waiting is replaced first."""
-  try:
-    dead = os.waitpid(prep.d, os.WNOHANG)[0] != 0
-  except ChildProcessError:
-    dead = True
+  dead = prep.d is None
+  if not dead:
+    try:
+      dead = os.waitpid(prep.d, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+      dead = True
   if dead:
     for fd in prep.fds.values():
       os.close(fd)
+    prep.fds = {}
     _fork_candidate(prep, chan_in)
   os.write(prep.fds["go"], b"1")
   os.close(prep.fds.pop("go"))
