@@ -53,6 +53,8 @@ class Sandbox:
                        f"{type(self.config).__name__}")
     self._closed = False
     self._lock = threading.Lock()
+    self._busy = 0  # runs in flight
+    self._cpus = len(os.sched_getaffinity(0))
     self._stats = stats_lib.SandboxStats()
     self._workers = []
     self._idle = queue.Queue()
@@ -183,11 +185,15 @@ class Sandbox:
     self._check_open()
     t0 = time.monotonic()
     w = self._idle.get()
+    with self._lock:
+      self._busy += 1
+      # Prepare the next run meanwhile only if a CPU is left over for it.
+      ahead = self._busy < self._cpus
     try:
       if self._closed:
         raise RuntimeError("Sandbox is closed")
       try:
-        res = w.run(wire_req)
+        res = w.run(wire_req, prepare_ahead=ahead)
       except worker_lib.WorkerError as e:
         w.damaged = True
         res = result_lib.sandbox_error(f"worker failure: {e}",
@@ -199,6 +205,8 @@ class Sandbox:
       if not self._closed:
         self._maybe_recycle(w)
     finally:
+      with self._lock:
+        self._busy -= 1
       self._idle.put(w)
     self._stats.record(res, time.monotonic() - t0)
     return res

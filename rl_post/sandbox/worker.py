@@ -119,8 +119,12 @@ class Worker:
       self.cgroup = None
 
   # -- one run -------------------------------------------------------------
-  def run(self, wire_req):
+  def run(self, wire_req, prepare_ahead=True):
     """Executes one validated request; returns an ExecResult.
+
+    prepare_ahead: the worker prepares its next run while this one runs
+    (worth it when a CPU is free for it; otherwise preparing on demand
+    keeps it from competing with the other workers' runs).
 
     Raises:
       WorkerError: the worker must be replaced (the caller reports a
@@ -128,6 +132,7 @@ class Worker:
     """
     self.wait_ready()
     req = dict(wire_req)
+    req["prepare_ahead"] = int(bool(prepare_ahead))
     req["limits"] = dict(req["limits"])
     req["limits"]["address_space_bytes"] = (
         self.info.get("vm_size_bytes", 0) + (req["memory_mb"] << 20))

@@ -58,13 +58,19 @@ def assert_no_leftovers(pool, timeout_s=3.0):
       "tests expect cgroups (run as root, as CI does)")
   strict = pool.config.isolation == "strict"
   deadline = time.monotonic() + timeout_s
+
+  def clean(n):
+    if not strict:
+      return len(n) == 1
+    # The worker's own processes, plus the next run's runner and candidate
+    # when it was prepared ahead; any survivor of a run would be one more.
+    run_procs = [x for x in n if x.startswith("sb-")]
+    return (len(n) - len(run_procs) == WORKER_TASKS and
+            run_procs in ([], list(PREPARED)))
+
   while True:
     names = worker_processes(pool)
-    # Exactly the worker's own processes; in strict mode plus one prepared
-    # runner and candidate (any survivor of a run would be one more).
-    if all(len(n) == (WORKER_TASKS + len(PREPARED) if strict else 1) and
-           (not strict or [x for x in n if x.startswith("sb-")] ==
-            list(PREPARED)) for n in names):
+    if all(clean(n) for n in names):
       return
     if time.monotonic() > deadline:
       raise AssertionError(f"processes left in workers: {names}")

@@ -100,3 +100,28 @@ def test_next_run_is_prepared_even_if_the_current_one_exhausts_processes(
       assert r.status == "ok" and r.stdout == "7\n", r
     assert pool.stats()["status"]["sandbox_error"] == 0
     check.healthy(pool)
+
+
+def test_preparing_ahead_is_per_request():
+  # The pool asks for it only while a CPU is left over for the preparation.
+  from rl_post.sandbox import request as request_lib  # pylint: disable=g-import-not-at-top
+  with Sandbox(SandboxConfig(num_workers=1)) as pool:
+    worker = pool._workers[0]  # pylint: disable=protected-access
+    wire_req = request_lib.to_wire(pool.config, request_lib.RunRequest("1"))
+    for ahead in (False, True, False):
+      assert worker.run(wire_req, prepare_ahead=ahead).status == "ok"
+      expect = ["sb-candidate", "sb-runner"] if ahead else []
+      deadline = time.monotonic() + 5
+      while True:
+        names = []
+        for pid in worker.cgroup.pids():
+          try:
+            with open(f"/proc/{pid}/comm") as f:
+              names.append(f.read().strip())
+          except OSError:
+            pass
+        got = sorted(n for n in names if n.startswith("sb-"))
+        if got == expect or time.monotonic() > deadline:
+          break
+        time.sleep(0.02)
+      assert got == expect, (ahead, names)

@@ -42,7 +42,7 @@ def test_frame_reader_handles_split_input():
 def test_run_header_round_trip():
   r, w = os.pipe()
   h = {"timeout_s": 2.5, "max_output_bytes": 7, "max_files_out": 3,
-       "max_files_out_bytes": 9}
+       "max_files_out_bytes": 9, "prepare_ahead": 1}
   os.write(w, wire.encode_run_header(h))
   raw, got = wire.read_run_header(r)
   assert got == h and len(raw) == wire.RUN_HEADER.size

@@ -16,10 +16,11 @@ import os
 import struct
 
 _HEADER = struct.Struct(">Q")
-# timeout_s, max_output_bytes (per stream), max_files_out, max_files_out_bytes
-RUN_HEADER = struct.Struct(">dQQQ")
+# timeout_s, max_output_bytes (per stream), max_files_out,
+# max_files_out_bytes, prepare_ahead (0/1: prepare the next run meanwhile)
+RUN_HEADER = struct.Struct(">dQQQB")
 RUN_HEADER_FIELDS = ("timeout_s", "max_output_bytes", "max_files_out",
-                     "max_files_out_bytes")
+                     "max_files_out_bytes", "prepare_ahead")
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 _BLOB_KEY = "__blob__"
 

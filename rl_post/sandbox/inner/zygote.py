@@ -169,7 +169,8 @@ class Zygote:
       return False
     os.close(r.go_w)
     r.go_w = None
-    self.prepare_next()
+    if header["prepare_ahead"]:
+      self.prepare_next()
     done = self._await_reply(r, header["timeout_s"] + _RUNNER_GRACE_S)
     self._retire(r)
     return done
