@@ -11,19 +11,24 @@ import time
 from rl_post.sandbox import Sandbox, SandboxConfig
 
 
+def _names(worker):
+  """{host pid: name} of the worker's live processes."""
+  names = {}
+  for pid in worker.cgroup.pids():
+    try:
+      with open(f"/proc/{pid}/comm") as f:
+        names[pid] = f.read().strip()
+    except OSError:
+      pass
+  return names
+
+
 def _prepared_pids(pool, name):
   """Host pids of the worker's prepared processes called `name`."""
   worker = pool._workers[0]  # pylint: disable=protected-access
   deadline = time.monotonic() + 5
   while True:
-    pids = []
-    for pid in worker.cgroup.pids():
-      try:
-        with open(f"/proc/{pid}/comm") as f:
-          if f.read().strip() == name:
-            pids.append(pid)
-      except OSError:
-        pass
+    pids = [p for p, n in _names(worker).items() if n == name]
     if len(pids) == 1 or time.monotonic() > deadline:
       return pids
     time.sleep(0.02)
@@ -113,13 +118,7 @@ def test_preparing_ahead_is_per_request():
       expect = ["sb-candidate", "sb-runner"] if ahead else []
       deadline = time.monotonic() + 5
       while True:
-        names = []
-        for pid in worker.cgroup.pids():
-          try:
-            with open(f"/proc/{pid}/comm") as f:
-              names.append(f.read().strip())
-          except OSError:
-            pass
+        names = list(_names(worker).values())
         got = sorted(n for n in names if n.startswith("sb-"))
         if got == expect or time.monotonic() > deadline:
           break
