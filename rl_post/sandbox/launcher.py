@@ -16,8 +16,8 @@ import sys
 import tempfile
 
 INNER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inner")
-_INNER_FILES = ("zygote.py", "runner.py", "supervise.py", "jail.py",
-                "harness.py", "seccomp_bpf.py", "wire.py")
+_INNER_FILES = ("zygote.py", "runner.py", "candidate.py", "supervise.py",
+                "jail.py", "harness.py", "seccomp_bpf.py", "wire.py")
 
 INSTALL_HINT = ("Install it as root: `apt-get install -y bubblewrap` "
                 "(Debian/Ubuntu) and make sure unprivileged user namespaces "

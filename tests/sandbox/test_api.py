@@ -5,6 +5,7 @@ import concurrent.futures
 import os
 import shutil
 import sqlite3
+import time
 
 import pytest
 
@@ -138,7 +139,12 @@ def test_bad_config_names_the_field(kwargs, field):
 def test_worker_death_is_a_counted_sandbox_error_and_recycled(check):
   with Sandbox(SandboxConfig(num_workers=1)) as pool:
     assert pool.run("print(1)").status == "ok"
-    pool._workers[0].proc.kill()  # pylint: disable=protected-access
+    worker = pool._workers[0]  # pylint: disable=protected-access
+    worker.cgroup.kill_all()  # the worker and all it started, at once
+    worker.proc.wait(timeout=5)
+    deadline = time.monotonic() + 5
+    while worker.cgroup.pids() and time.monotonic() < deadline:
+      time.sleep(0.01)
     r = pool.run("print(1)")
     assert r.status == "sandbox_error" and r.message
     stats = pool.stats()

@@ -1,4 +1,4 @@
-"""The per-run processes: runner R and candidate D (stdlib only).
+"""The runner R of one run (stdlib only); its candidate D is candidate.py.
 
 R is started by the zygote *before* its request arrives: in strict mode
 cloned straight into fresh namespaces as their pid 1, where it maps the ids,
@@ -24,34 +24,16 @@ import stat
 import time
 import traceback
 
-import harness
+import candidate
 import jail
-import seccomp_bpf
 import supervise
 import wire
 
-FLAG_FD = 3  # the candidate may write "M" (MemoryError) here; only a failure
-SETUP_FD = 4  # setup errors; closed before any candidate code runs
 _MAX_DEPTH = 8
-# D writes this on the setup pipe once the payload frame is read in full:
-# without it the channel is out of step and the worker must be replaced.
-PAYLOAD_READ = b"P"
 # R to the zygote: TAKEN once it has the run header (until then the payload
 # is untouched and another runner can take the request), DONE once the
 # reply is being written in full (the channel is in step again).
 TAKEN, DONE = b"T", b"1"
-
-
-def write_input_files(root, files):
-  for name, data in files.items():
-    path = os.path.normpath(os.path.join(root, name))
-    if not path.startswith(root.rstrip("/") + "/"):
-      raise ValueError(f"input file name escapes the work dir: {name!r}")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                 0o644)
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
 
 
 def collect_files(root, max_files, max_total_bytes):
@@ -94,65 +76,6 @@ def collect_files(root, max_files, max_total_bytes):
       files[name] = data
       total += len(data)
   return files, omitted
-
-
-def _install_fds(targets):
-  """dup2 each source fd onto its target without clobbering another source."""
-  high = {dst: fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, 64)
-          for dst, src in targets.items()}
-  for dst, src in high.items():
-    os.dup2(src, dst)  # dup2 clears close-on-exec on the target
-    os.close(src)
-
-
-def _stdin_fd(data):
-  if not data:
-    return os.open("/dev/null", os.O_RDONLY)
-  fd = os.memfd_create("stdin", 0)
-  view = memoryview(data)
-  while view:
-    view = view[os.write(fd, view):]
-  os.lseek(fd, 0, os.SEEK_SET)
-  return fd
-
-
-def candidate_main(ctx, fds, work_dir):
-  """D: confine, wait for the request, read it, run it. Never returns.
-
-  Args:
-    ctx: the zygote's settings (mode, seccomp).
-    fds: go (header from R), chan_in (payload), out, err, flag, setup.
-    work_dir: the run's work dir.
-  """
-  setup_fd = fds["setup"]
-  try:
-    jail.set_name("sb-candidate")
-    os.setsid()
-    os.chdir(work_dir)
-    if ctx["mode"] != "strict":  # strict: the zygote set it up once
-      jail.clean_environment(work_dir)
-    jail.set_no_new_privs()
-    if os.read(fds["go"], 1) != b"1":
-      os._exit(0)  # abandoned before a request came (worker shutting down)
-    payload = wire.read_frame(fds["chan_in"])
-    os.write(setup_fd, PAYLOAD_READ)
-    write_input_files(work_dir, payload["files"])
-    _install_fds({0: _stdin_fd(payload["stdin"]), 1: fds["out"],
-                  2: fds["err"], FLAG_FD: fds["flag"], SETUP_FD: setup_fd})
-    setup_fd = SETUP_FD
-    jail.close_fds_except([0, 1, 2, FLAG_FD, SETUP_FD])
-    jail.raise_oom_score()
-    jail.set_limits(payload["limits"])
-    if ctx["seccomp"] and payload["seccomp"]:
-      seccomp_bpf.install(jail.libc)
-    # From here on nothing the candidate does can claim a sandbox failure.
-    os.close(SETUP_FD)
-  except BaseException as e:  # pylint: disable=broad-except
-    try:
-      os.write(setup_fd, f"{type(e).__name__}: {e}".encode())
-    finally:
-      os._exit(126)
-  harness.run(payload["language"], payload["code"], FLAG_FD, work_dir)
 
 
 def _read_nonblocking(fd, n):
@@ -244,10 +167,10 @@ def _fork_candidate(prep, chan_in):
       signal.signal(signal.SIGINT, signal.default_int_handler)
       for fd in (out_r, err_r, flag_r, setup_r, go_w):
         os.close(fd)
-      candidate_main(prep.ctx, {"go": go_r, "chan_in": chan_in, "out": out_w,
-                                "err": err_w, "flag": flag_w,
-                                "setup": setup_w},
-                     prep.work_dir)
+      candidate.candidate_main(
+          prep.ctx, {"go": go_r, "chan_in": chan_in, "out": out_w,
+                     "err": err_w, "flag": flag_w, "setup": setup_w},
+          prep.work_dir)
     finally:
       os._exit(127)  # D never returns into the runner's code
   for fd in (out_w, err_w, flag_w, setup_w, go_r):
@@ -302,9 +225,10 @@ def _run(prep, header, deadline, chan_in):
     prep.kill()  # the rest of its process group
   flag = _read_nonblocking(fds["flag"], 16).decode("utf-8", "replace")
   setup = _read_nonblocking(fds["setup"], 4096)
-  payload_read = setup.startswith(PAYLOAD_READ)
-  outcome.setup_error = setup[len(PAYLOAD_READ) if payload_read else 0:
-                              ].decode("utf-8", "replace")
+  mark = candidate.PAYLOAD_READ
+  payload_read = setup.startswith(mark)
+  outcome.setup_error = setup[len(mark) if payload_read else 0:].decode(
+      "utf-8", "replace")
   if not payload_read and not outcome.setup_error:
     outcome.setup_error = "the candidate exited before reading its request"
   files, omitted = collect_files(prep.work_dir, header["max_files_out"],
