@@ -94,7 +94,10 @@ def _write_file(path, data):
 
 # The GIL stays held across a PyDLL call, as PyOS_*Fork* require.
 _PYDLL = ctypes.PyDLL(None, use_errno=True)
-_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+_SYSCALL = _PYDLL.syscall
+_SYSCALL.restype = ctypes.c_long
+_SYSCALL.argtypes = [ctypes.c_long] + [ctypes.c_ulong] * 5
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
 
 
 def clone_into_run_namespaces(flags=RUN_NAMESPACES):
@@ -110,13 +113,11 @@ def clone_into_run_namespaces(flags=RUN_NAMESPACES):
   Returns:
     0 in the child, the child's pid in the parent.
   """
-  syscall = _PYDLL.syscall
-  syscall.restype = ctypes.c_long
-  syscall.argtypes = [ctypes.c_long] + [ctypes.c_ulong] * 5
-  nr = _SYS_CLONE[os.uname().machine]
+  if _SYS_CLONE is None:
+    raise OSError(f"no clone syscall number for {os.uname().machine}")
   api = ctypes.pythonapi
   api.PyOS_BeforeFork()
-  pid = syscall(nr, flags | signal.SIGCHLD, 0, 0, 0, 0)
+  pid = _SYSCALL(_SYS_CLONE, flags | signal.SIGCHLD, 0, 0, 0, 0)
   if pid == 0:
     api.PyOS_AfterFork_Child()
     return 0
