@@ -16,11 +16,12 @@ def test_floor_probe_measures_every_primitive():
     import sandbox_floor  # pylint: disable=g-import-not-at-top
   finally:
     sys.path.remove(BENCH)
-  floor = sandbox_floor.measure(ops=5)
-  assert len(floor) == 3
+  floor = sandbox_floor.measure(ops=5, snippets={"x": "print(2)"})
+  assert len(floor) == 4 and "fork + run the x snippet + exit" in floor
   for v in floor.values():
     assert v["cpu_ms"] >= 0 and v["wall_ms"] > 0
   assert sandbox_floor.strict_floor_ms(floor) >= 0
+  assert sandbox_floor.strict_floor_ms(floor, "x") >= 0
 
 
 def test_benchmark_writes_a_complete_table(tmp_path):
@@ -38,3 +39,5 @@ def test_benchmark_writes_a_complete_table(tmp_path):
   assert all(r["ok"] == r["runs"] for r in result["rows"]), result["rows"]
   assert set(result["speedups"]) == {"trivial/c1", "humaneval/c1"}
   assert "| strict pool | trivial | 1 |" in proc.stdout
+  for s in result["speedups"].values():
+    assert s["strict_floor_ms"] > 0 and s["cpu_budget_for_10x_ms"] > 0
