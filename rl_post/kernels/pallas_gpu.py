@@ -59,6 +59,21 @@ class _Static:
   def offset(self):
     return self.kv_len - self.q_len
 
+  def kv_blocks(self, i, bq, bk):
+    """(first query position, [lo, hi) KV blocks) of query block i."""
+    q_first = self.offset + i * bq
+    lo, hi = bm.kv_block_range(
+        q_first, q_first + bq - 1, block_k=bk,
+        num_k_blocks=pl.cdiv(self.kv_len, bk), causal=self.causal,
+        sliding_window=self.sliding_window)
+    return q_first, lo, hi
+
+  def mask(self, q_first, k_first, bq, bk, q_seg, k_seg):
+    """The (bq, bk) tile mask at these positions."""
+    return bm.tile_mask(q_first, k_first, (bq, bk), causal=self.causal,
+                        sliding_window=self.sliding_window,
+                        kv_len=self.kv_len, q_seg=q_seg, k_seg=k_seg)
+
 
 def _fwd_kernel(q_ref, k_ref, v_ref, *refs, st, has_seg):
   if has_seg:
@@ -69,19 +84,13 @@ def _fwd_kernel(q_ref, k_ref, v_ref, *refs, st, has_seg):
   i = pl.program_id(2)
   q = q_ref[...]
   head_dim = q.shape[-1]
-  q_first = st.offset + i * bq
-  lo, hi = bm.kv_block_range(
-      q_first, q_first + bq - 1, block_k=bk,
-      num_k_blocks=pl.cdiv(st.kv_len, bk), causal=st.causal,
-      sliding_window=st.sliding_window)
+  q_first, lo, hi = st.kv_blocks(i, bq, bk)
   q_seg = qs_ref[...] if has_seg else None
 
   def body(j, carry):
     ks = pl.ds(j * bk, bk)
     k_seg = ks_ref[:, ks] if has_seg else None
-    mask = bm.tile_mask(q_first, j * bk, (bq, bk), causal=st.causal,
-                        sliding_window=st.sliding_window, kv_len=st.kv_len,
-                        q_seg=q_seg, k_seg=k_seg)
+    mask = st.mask(q_first, j * bk, bq, bk, q_seg, k_seg)
     return bm.online_softmax_step(q, k_ref[ks, :], v_ref[ks, :], carry, mask,
                                   st.scale)
 
@@ -115,9 +124,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, st,
       dk, dv = carry
       qsl = pl.ds(i * bq, bq)
       q_seg = qs_ref[qsl, :] if has_seg else None
-      mask = bm.tile_mask(st.offset + i * bq, k_first, (bq, bk),
-                          causal=st.causal, sliding_window=st.sliding_window,
-                          kv_len=st.kv_len, q_seg=q_seg, k_seg=k_seg)
+      mask = st.mask(st.offset + i * bq, k_first, bq, bk, q_seg, k_seg)
       _, dk_p, dv_p = bm.tile_grads(
           q_ref[qsl, g, :], k, v, do_ref[qsl, g, :], lse_ref[g, qsl, :],
           delta_ref[g, qsl, :], mask, st.scale)
@@ -138,19 +145,13 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, st,
   i = pl.program_id(2)
   q, do, lse, delta = q_ref[...], do_ref[...], lse_ref[...], delta_ref[...]
   head_dim = q.shape[-1]
-  q_first = st.offset + i * bq
-  lo, hi = bm.kv_block_range(
-      q_first, q_first + bq - 1, block_k=bk,
-      num_k_blocks=pl.cdiv(st.kv_len, bk), causal=st.causal,
-      sliding_window=st.sliding_window)
+  q_first, lo, hi = st.kv_blocks(i, bq, bk)
   q_seg = qs_ref[...] if has_seg else None
 
   def body(j, dq):
     ks = pl.ds(j * bk, bk)
     k_seg = ks_ref[:, ks] if has_seg else None
-    mask = bm.tile_mask(q_first, j * bk, (bq, bk), causal=st.causal,
-                        sliding_window=st.sliding_window, kv_len=st.kv_len,
-                        q_seg=q_seg, k_seg=k_seg)
+    mask = st.mask(q_first, j * bk, bq, bk, q_seg, k_seg)
     dq_p, _, _ = bm.tile_grads(q, k_ref[ks, :], v_ref[ks, :], do, lse, delta,
                                mask, st.scale)
     return dq + dq_p
