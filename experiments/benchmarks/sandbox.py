@@ -29,7 +29,8 @@ from absl import flags
 from rl_post.sandbox import Sandbox, SandboxConfig
 from rl_post.sandbox import launcher
 
-import sandbox_floor  # the script's own directory is on sys.path
+import machine_cpu  # the script's own directory is on sys.path
+import sandbox_floor
 
 _RUNS = flags.DEFINE_integer("runs", 200, "Executions per (system, snippet, "
                              "concurrency) for the pools.")
@@ -162,13 +163,6 @@ def _fmt(value):
   return "n/a" if value is None else f"{value:.1f}"
 
 
-def _machine_cpu_s():
-  """Whole-machine busy CPU (user+nice+system+irq+softirq, no steal)."""
-  with open("/proc/stat") as f:
-    v = [int(x) for x in f.readline().split()[1:8]]
-  return (v[0] + v[1] + v[2] + v[5] + v[6]) / _TICK
-
-
 def _median(values):
   values = sorted(values)
   return values[len(values) // 2]
@@ -194,9 +188,9 @@ def _run_cell(name, isolation, conc, base):
   out = {}
   try:
     for snippet, code in SNIPPETS.items():
-      m0 = _machine_cpu_s()
+      m0 = machine_cpu.busy_s()
       row = _measure(fn, code, runs, conc, _cpu_meter(sb, name))
-      row["machine_cpu_ms_per_exec"] = 1e3 * (_machine_cpu_s() - m0) / runs
+      row["machine_cpu_ms_per_exec"] = 1e3 * (machine_cpu.busy_s() - m0) / runs
       out[snippet] = row
   finally:
     if sb is not None:

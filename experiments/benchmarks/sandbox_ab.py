@@ -31,13 +31,10 @@ _OUTPUT = flags.DEFINE_string("output", "/tmp/rl_post_sandbox_ab.json",
 # Runs in a fresh interpreter with one checkout first on sys.path.
 _PROBE = r'''
 import concurrent.futures, json, os, sys, time
+sys.path.insert(0, sys.argv[3])
+import machine_cpu
 from rl_post.sandbox import Sandbox, SandboxConfig
 conc, runs = int(sys.argv[1]), int(sys.argv[2])
-
-def machine_cpu_s():
-  with open("/proc/stat") as f:
-    v = [int(x) for x in f.readline().split()[1:8]]
-  return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
 
 with Sandbox(SandboxConfig(num_workers=conc,
                            max_runs_per_worker=10 * runs)) as sb:
@@ -49,9 +46,9 @@ with Sandbox(SandboxConfig(num_workers=conc,
     lat.append(time.perf_counter() - t)
     return ok
   with concurrent.futures.ThreadPoolExecutor(conc) as ex:
-    c0, t0 = machine_cpu_s(), time.monotonic()
+    c0, t0 = machine_cpu.busy_s(), time.monotonic()
     ok = sum(ex.map(one, range(runs)))
-    wall, cpu = time.monotonic() - t0, machine_cpu_s() - c0
+    wall, cpu = time.monotonic() - t0, machine_cpu.busy_s() - c0
 lat.sort()
 print(json.dumps({"execs_per_s": runs / wall, "ok": ok, "runs": runs,
                   "p50_ms": 1e3 * lat[len(lat) // 2],
@@ -65,7 +62,8 @@ def _measure(checkout, conc, runs):
   # `-c` puts the working directory first on sys.path: run in the checkout.
   probe = f"import rl_post; assert rl_post.__file__.startswith({path!r})\n"
   proc = subprocess.run(
-      [sys.executable, "-c", probe + _PROBE, str(conc), str(runs)],
+      [sys.executable, "-c", probe + _PROBE, str(conc), str(runs),
+       os.path.dirname(os.path.abspath(__file__))],
       capture_output=True, text=True, cwd=path, check=False,
       env=dict(os.environ, PYTHONPATH=path))
   if proc.returncode != 0:

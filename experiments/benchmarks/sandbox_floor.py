@@ -30,8 +30,9 @@ _OPS = flags.DEFINE_integer("ops", 300, "Operations per primitive.")
 # Runs inside `python -I -S` (the sandbox interpreter), stdlib + jail.py.
 _PROBE = r'''
 import gc, importlib, json, os, sys, time
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], sys.argv[5]]
 import jail
+import machine_cpu
 for name in filter(None, sys.argv[2].split(",")):
   try:
     importlib.import_module(name)
@@ -40,11 +41,6 @@ for name in filter(None, sys.argv[2].split(",")):
 ops = int(sys.argv[3])
 snippets = json.loads(sys.argv[4])
 devnull = os.open("/dev/null", os.O_WRONLY)
-
-def machine_cpu_s():
-  with open("/proc/stat") as f:
-    v = [int(x) for x in f.readline().split()[1:8]]
-  return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
 
 def fork_exit():
   pid = os.fork()
@@ -86,12 +82,12 @@ out = {}
 for name, op in prims.items():
   for _ in range(20):
     op()
-  c0, t0 = machine_cpu_s(), time.monotonic()
+  c0, t0 = machine_cpu.busy_s(), time.monotonic()
   for _ in range(ops):
     op()
   wall = time.monotonic() - t0
   time.sleep(0.5)  # let deferred teardown (netns cleanup) finish
-  out[name] = {"cpu_ms": 1e3 * (machine_cpu_s() - c0) / ops,
+  out[name] = {"cpu_ms": 1e3 * (machine_cpu.busy_s() - c0) / ops,
                "wall_ms": 1e3 * wall / ops}
 print(json.dumps(out))
 '''
@@ -113,7 +109,8 @@ def measure(ops, config=None, snippets=None):
   inner = os.path.dirname(launcher.__file__) + "/inner"
   proc = subprocess.run(
       [config.python_executable, "-I", "-S", "-c", _PROBE, inner,
-       ",".join(config.preload_modules), str(ops), json.dumps(snippets)],
+       ",".join(config.preload_modules), str(ops), json.dumps(snippets),
+       os.path.dirname(os.path.abspath(__file__))],
       capture_output=True, text=True, check=False)
   if proc.returncode != 0:
     raise RuntimeError(f"floor probe failed: {proc.stderr[-2000:]}")

@@ -109,6 +109,7 @@ class Zygote:
       runner.runner_main(self.ctx, go_r, self.chan_in, self.chan_out, done_w)
     os.close(go_r)
     os.close(done_w)
+    os.set_blocking(done_r, False)  # read only after poll says it is ready
     return _Runner(pid, go_w, done_r)
 
   def prepare_next(self):
@@ -146,13 +147,10 @@ class Zygote:
     poller.register(r.pidfd, select.POLLIN)
     if not poller.poll(int(timeout_s * 1000)):
       return None
-    os.set_blocking(r.done_r, False)
     try:
       return os.read(r.done_r, 1)
     except OSError:
       return None
-    finally:
-      os.set_blocking(r.done_r, True)
 
   def serve(self, raw_header, header):
     """One request; False if the channel is now unusable."""
@@ -187,11 +185,12 @@ class Zygote:
     self.exiting.append(r)
     self.reap()
 
-  def reap(self, block=False):
+  def reap(self):
+    """Reaps the runners that have exited since."""
     still = []
     for r in self.exiting:
       try:
-        pid, _ = os.waitpid(r.pid, 0 if block else os.WNOHANG)
+        pid, _ = os.waitpid(r.pid, os.WNOHANG)
       except ChildProcessError:
         pid = r.pid
       if pid == 0:
