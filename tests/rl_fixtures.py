@@ -24,7 +24,7 @@ class ContainsDigit(Domain):
   def demonstration(self, task: Task) -> str:
     return "<think>a</think>\n<answer>7</answer>"
 
-  def verify(self, task: Task, completion: str) -> Verdict:
+  def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     return Verdict(any(c.isdigit() for c in completion), True, completion[:8])
 
 
@@ -33,9 +33,9 @@ class SlowVerifier(ContainsDigit):
 
   name = SLOW_DOMAIN
 
-  def verify(self, task: Task, completion: str) -> Verdict:
+  def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     if "hang" in completion:
       time.sleep(60)
     if "crash" in completion:
       raise RuntimeError("verifier bug")
-    return super().verify(task, completion)
+    return super().verify(task, completion, sandbox=sandbox)

@@ -99,7 +99,8 @@ class Arithmetic(Domain):
     steps, result = column_steps(m["a"], m["b"], m["op"], slips)
     return f"<think>{' '.join(steps)}</think>\n<answer>{result}</answer>"
 
-  def verify(self, task: Task, completion: str) -> Verdict:
+  def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
+    del sandbox  # parses text only
     format_ok = has_reasoning_format(completion)
     answer = extract_answer(completion)
     if answer is None:
@@ -108,4 +109,4 @@ class Arithmetic(Domain):
       return Verdict(False, format_ok, answer[:MAX_ANSWER_CHARS], "answer too long")
     if not _INT_RE.fullmatch(answer):
       return Verdict(False, format_ok, answer, "answer is not an integer")
-    return Verdict(int(answer) == task.target, format_ok, answer, None)
+    return Verdict(float(int(answer) == task.target), format_ok, answer, None)

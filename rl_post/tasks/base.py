@@ -8,12 +8,10 @@ Tasks are plain, picklable data so verifiers can run in worker processes.
 
 import abc
 import dataclasses
-import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 MAX_ANSWER_CHARS = 256
 
 
@@ -37,26 +35,85 @@ class Task:
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
+StepScore = tuple[int, int, float]  # (char_start, char_end, score) of a span of the completion
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
   """A verifier's judgement of one completion.
 
   Attributes:
-    correct: the task was completed.
+    score: outcome credit in [0, 1] (partial credit, e.g. the fraction of
+      unit tests passed); the task is completed iff score == 1.
     format_ok: the completion follows the required response format.
     answer: the extracted answer text (None if absent).
     error: why the answer could not be judged, for counting failures.
+    components: further named reward components in [0, 1] a domain adds
+      (e.g. "efficiency"); "outcome" and "format" come from score/format_ok.
+    step_scores: process credit, (char_start, char_end, score) spans of the
+      completion; the trainer maps them to tokens.
+  Raises:
+    ValueError: on a score that is not a finite number in [0, 1] or a
+      format_ok that is not a bool (the reward path counts it as an error).
   """
-  correct: bool
+  score: float
   format_ok: bool
   answer: str | None = None
   error: str | None = None
+  components: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  step_scores: tuple[StepScore, ...] = ()
+
+  def __post_init__(self):
+    object.__setattr__(self, "score", _unit_float(self.score, "score"))
+    if not isinstance(self.format_ok, (bool, np.bool_)):
+      raise ValueError(f"Verdict.format_ok must be a bool, got {self.format_ok!r}")
+    object.__setattr__(self, "format_ok", bool(self.format_ok))
+    object.__setattr__(self, "components", {
+        str(k): _unit_float(v, f"components[{k!r}]") for k, v in dict(self.components).items()})
+    spans = []
+    for span in self.step_scores:
+      start, end, value = span
+      if not (isinstance(start, (int, np.integer)) and isinstance(end, (int, np.integer))
+              and 0 <= start <= end):
+        raise ValueError(f"Verdict.step_scores span {span!r} needs 0 <= start <= end (ints)")
+      spans.append((int(start), int(end), _unit_float(value, "step_scores")))
+    object.__setattr__(self, "step_scores", tuple(spans))
+
+  @property
+  def correct(self) -> bool:
+    return self.score == 1.0
+
+
+def _unit_float(value, name: str) -> float:
+  """`value` as a float in [0, 1]; bools count as 0/1; anything else raises."""
+  if isinstance(value, (bool, np.bool_)):
+    return float(value)
+  if not isinstance(value, (int, float, np.integer, np.floating)):
+    raise ValueError(f"Verdict.{name} must be a number in [0, 1], got {value!r}")
+  value = float(value)
+  if not 0.0 <= value <= 1.0:  # also rejects NaN
+    raise ValueError(f"Verdict.{name} must be in [0, 1], got {value!r}")
+  return value
+
+
+def failed(error: str, answer: str | None = None) -> Verdict:
+  """A zero-score verdict for a completion that could not be judged."""
+  return Verdict(0.0, False, answer, error)
 
 
 def extract_answer(completion: str) -> str | None:
-  """The content of the last <answer>...</answer>, stripped, or None."""
-  matches = ANSWER_RE.findall(completion)
-  return matches[-1].strip() if matches else None
+  """The content of the last complete <answer>...</answer>, stripped, or None.
+
+  Linear time on any input (two reverse searches), so completions made of
+  many unclosed tags cannot stall a verifier.
+  """
+  end = completion.rfind("</answer>")
+  if end < 0:
+    return None
+  start = completion.rfind("<answer>", 0, end)
+  if start < 0:
+    return None
+  return completion[start + len("<answer>"):end].strip()
 
 
 def has_reasoning_format(completion: str) -> bool:
@@ -82,8 +139,19 @@ class Domain(abc.ABC):
     """A correct, well-formatted response (for SFT)."""
 
   @abc.abstractmethod
-  def verify(self, task: Task, completion: str) -> Verdict:
-    """Judges `completion`; must not raise on any string."""
+  def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
+    """Judges `completion`; must not raise on any string.
+
+    `sandbox` is the host's shared, pooled `rl_post.sandbox.Sandbox` (None
+    where none is available); domains that execute model output run it
+    there, never in the calling process.
+    """
+
+  def verify_batch(self, tasks: Sequence[Task], completions: Sequence[str], *,
+                   sandbox=None) -> list[Verdict]:
+    """Verdicts for many completions; domains that execute code override
+    this to grade the whole batch with one `sandbox.run_many`."""
+    return [self.verify(t, c, sandbox=sandbox) for t, c in zip(tasks, completions, strict=True)]
 
   def check_difficulty(self, difficulty: int):
     if difficulty not in self.difficulty_levels:
