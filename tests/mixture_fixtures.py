@@ -42,3 +42,16 @@ class LevelsD(_Levels):
 
 
 A, B, C, D = (f"mixture_fixtures:Levels{x}" for x in "ABCD")
+
+
+class DigitLevels(_Levels):
+  """Correct if the completion contains a digit, at every level (learnable, cheap)."""
+
+  name = "mixture_fixtures:DigitLevels"
+  difficulty_levels = (1, 2, 3, 4)
+
+  def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
+    return Verdict(any(c.isdigit() for c in completion), True, completion[:8])
+
+
+DIGIT_LEVELS = "mixture_fixtures:DigitLevels"
