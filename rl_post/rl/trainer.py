@@ -153,8 +153,8 @@ def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd:
               ref_logp=None if ref_logp is None else np.asarray(ref_logp))
 
 
-def _scored_metrics(c: _Components, scored: dict) -> dict:
-  """Per-domain/difficulty statistics of every scored round; feeds the curriculum."""
+def _update_mixture(c: _Components, scored: dict) -> dict:
+  """Feeds every scored round to the curriculum; returns per-domain/difficulty stats."""
   rewards = scored["rewards"]
   c.mixture.update(scored["tasks_N"], domain_stats.passed(rewards.verdicts))
   metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts, rewards.rewards_N,
@@ -225,7 +225,7 @@ def train(config, workdir: str) -> dict:
       metrics = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
       metrics.update(_rollout_metrics(tasks_N, rewards, host, rl))
       metrics.update(filter_metrics)
-      metrics.update(_scored_metrics(c, scored))
+      metrics.update(_update_mixture(c, scored))
       metrics.update(timer.metrics())
       timer.reset()
       elapsed = time.perf_counter() - step_start
