@@ -21,11 +21,11 @@ import dataclasses
 import json
 import math
 import secrets
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from rl_post.sandbox import request as request_lib
 
-_KINDS = ("eq", "typed", "is", "truthy", "falsy")
+_KINDS = ("eq", "typed", "predicate", "is", "truthy", "falsy")
 _MAX_DEPTH = 64
 
 
@@ -41,13 +41,19 @@ class FunctionCase:
     kind: "eq" (==, with `tolerance` for floats), "typed" (== with the
       same container and scalar types at every level, bool never equal to
       int; ints and floats compare as numbers within `tolerance`), "is"
-      (True/False/None), "truthy" or "falsy".
-    tolerance: absolute tolerance for float comparisons (kind "eq").
+      (True/False/None), "truthy", "falsy", or "predicate" (`predicate`, a
+      trusted host-side function, accepts the decoded value; for answers
+      that are not unique, such as any root of a polynomial).
+    tolerance: absolute tolerance for float comparisons (kinds "eq",
+      "typed"; relative too for "typed").
+    predicate: for kind "predicate", value -> bool, run here on the
+      decoded plain value (never on the candidate's objects).
   """
   expr: str
   expected: Any = None
   kind: str = "eq"
   tolerance: Optional[float] = None
+  predicate: Optional[Callable[[Any], bool]] = None
 
   def __post_init__(self):
     if not isinstance(self.expr, str) or not self.expr.strip():
@@ -56,6 +62,9 @@ class FunctionCase:
     if self.kind not in _KINDS:
       raise ValueError(f"FunctionCase.kind must be one of {_KINDS}, got "
                        f"{self.kind!r}")
+    if (self.kind == "predicate") != (self.predicate is not None):
+      raise ValueError("FunctionCase.predicate is required for kind "
+                       "'predicate' and only allowed there")
     try:
       ast.parse(self.expr, mode="eval")
     except SyntaxError as e:
@@ -272,7 +281,21 @@ def _typed_equal(actual, expected, tol):
   return actual == expected
 
 
+def decode_value(v):
+  """A tagged plain value (the driver's encoding) as a Python value.
+
+  Raises:
+    ValueError: not a well-formed tagged value.
+  """
+  try:
+    return _decode(v)
+  except (_DecodeError, RecursionError) as e:
+    raise ValueError(f"bad tagged value: {e}") from None
+
+
 def _check(case, value):
+  if case.kind == "predicate":
+    return bool(case.predicate(value))
   if case.kind == "typed":
     return _typed_equal(value, case.expected, case.tolerance or 0.0)
   if case.kind == "is":
