@@ -21,11 +21,11 @@ import dataclasses
 import json
 import math
 import secrets
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from rl_post.sandbox import request as request_lib
 
-_KINDS = ("eq", "is", "truthy", "falsy")
+_KINDS = ("eq", "typed", "predicate", "is", "truthy", "falsy")
 _MAX_DEPTH = 64
 
 
@@ -38,14 +38,22 @@ class FunctionCase:
       bound to the entry point), e.g. ``"candidate([1, 2], 3)"``.
     expected: plain value (None, bool, int, float, str, bytes, list, tuple,
       dict, set, frozenset) compared with the decoded result.
-    kind: "eq" (==, with `tolerance` for floats), "is" (True/False/None),
-      "truthy" or "falsy".
-    tolerance: absolute tolerance for float comparisons (kind "eq").
+    kind: "eq" (==, with `tolerance` for floats), "typed" (== with the
+      same container and scalar types at every level, bool never equal to
+      int; ints and floats compare as numbers within `tolerance`), "is"
+      (True/False/None), "truthy", "falsy", or "predicate" (`predicate`, a
+      trusted host-side function, accepts the decoded value; for answers
+      that are not unique, such as any root of a polynomial).
+    tolerance: absolute tolerance for float comparisons (kinds "eq",
+      "typed"; relative too for "typed").
+    predicate: for kind "predicate", value -> bool, run here on the
+      decoded plain value (never on the candidate's objects).
   """
   expr: str
   expected: Any = None
   kind: str = "eq"
   tolerance: Optional[float] = None
+  predicate: Optional[Callable[[Any], bool]] = None
 
   def __post_init__(self):
     if not isinstance(self.expr, str) or not self.expr.strip():
@@ -54,6 +62,9 @@ class FunctionCase:
     if self.kind not in _KINDS:
       raise ValueError(f"FunctionCase.kind must be one of {_KINDS}, got "
                        f"{self.kind!r}")
+    if (self.kind == "predicate") != (self.predicate is not None):
+      raise ValueError("FunctionCase.predicate is required for kind "
+                       "'predicate' and only allowed there")
     try:
       ast.parse(self.expr, mode="eval")
     except SyntaxError as e:
@@ -252,7 +263,41 @@ def _close(actual, expected, tol):
   return actual == expected
 
 
+def _typed_equal(actual, expected, tol):
+  """== on decoded plain values, with the types checked at every level."""
+  numeric = (int, float)
+  if type(actual) in numeric and type(expected) in numeric:
+    if type(actual) is int and type(expected) is int:
+      return actual == expected
+    return math.isclose(actual, expected, rel_tol=tol, abs_tol=tol)
+  if type(actual) is not type(expected):
+    return False
+  if type(actual) in (list, tuple):
+    return len(actual) == len(expected) and all(
+        _typed_equal(a, e, tol) for a, e in zip(actual, expected))
+  if type(actual) is dict:
+    return actual.keys() == expected.keys() and all(
+        _typed_equal(actual[k], expected[k], tol) for k in expected)
+  return actual == expected
+
+
+def decode_value(v):
+  """A tagged plain value (the driver's encoding) as a Python value.
+
+  Raises:
+    ValueError: not a well-formed tagged value.
+  """
+  try:
+    return _decode(v)
+  except (_DecodeError, RecursionError) as e:
+    raise ValueError(f"bad tagged value: {e}") from None
+
+
 def _check(case, value):
+  if case.kind == "predicate":
+    return bool(case.predicate(value))
+  if case.kind == "typed":
+    return _typed_equal(value, case.expected, case.tolerance or 0.0)
   if case.kind == "is":
     return value is case.expected
   if case.kind == "truthy":
@@ -264,19 +309,26 @@ def _check(case, value):
   return value == case.expected
 
 
-def grade_python_tests(sandbox, program, tests, *, entry_point=None,
-                       timeout_s=None, memory_mb=None):
-  """Runs `program` against `tests` in `sandbox`; the verdict is made here.
+@dataclasses.dataclass(frozen=True)
+class PreparedTests:
+  """One grading run, built but not yet executed (see `prepare_python_tests`).
 
-  Args:
-    sandbox: a Sandbox.
-    program: the candidate's Python source (str or bytes).
-    tests: assert source (see parse_assert_tests) or FunctionCases.
-    entry_point: name bound to ``candidate`` in test expressions.
-    timeout_s, memory_mb: limits for the whole run (all cases).
+  `request` goes to the sandbox (alone or in a `run_many` batch); `nonce`
+  and `cases` (with the expected values) stay here for `score_python_tests`.
+  """
+  request: request_lib.RunRequest
+  nonce: str
+  cases: Tuple[FunctionCase, ...]
 
+
+def prepare_python_tests(program, tests, *, entry_point=None, timeout_s=None,
+                         memory_mb=None):
+  """The sandbox request that grades `program` against `tests`.
+
+  Args: as `grade_python_tests`, without the sandbox.
   Returns:
-    GradeResult; `all_passed` only if every expected case passed.
+    PreparedTests; run `.request`, then pass the ExecResult to
+    `score_python_tests`.
   """
   if isinstance(program, bytes):
     program_bytes = program
@@ -297,8 +349,14 @@ def grade_python_tests(sandbox, program, tests, *, entry_point=None,
   driver = _DRIVER % {"nonce": nonce, "max_depth": _MAX_DEPTH,
                       "exprs": repr([c.expr for c in cases]),
                       "entry_point": entry_point}
-  res = sandbox.run(driver, files={"solution.py": program_bytes},
-                    timeout_s=timeout_s, memory_mb=memory_mb)
+  req = request_lib.RunRequest(driver, files={"solution.py": program_bytes},
+                               timeout_s=timeout_s, memory_mb=memory_mb)
+  return PreparedTests(req, nonce, tuple(cases))
+
+
+def score_python_tests(prepared, res):
+  """The GradeResult of `prepared` given its run's ExecResult `res`."""
+  cases, nonce = prepared.cases, prepared.nonce
   total = len(cases)
   record = res.files.get(".rl_post_result_" + nonce)
   details = []
@@ -331,6 +389,28 @@ def grade_python_tests(sandbox, program, tests, *, entry_point=None,
   all_passed = passed == total and res.status == "ok"
   return GradeResult(passed, total, all_passed, res.status, tuple(details),
                      (res,))
+
+
+def grade_python_tests(sandbox, program, tests, *, entry_point=None,
+                       timeout_s=None, memory_mb=None):
+  """Runs `program` against `tests` in `sandbox`; the verdict is made here.
+
+  Args:
+    sandbox: a Sandbox.
+    program: the candidate's Python source (str or bytes).
+    tests: assert source (see parse_assert_tests) or FunctionCases.
+    entry_point: name bound to ``candidate`` in test expressions.
+    timeout_s, memory_mb: limits for the whole run (all cases).
+
+  Returns:
+    GradeResult; `all_passed` only if every expected case passed.
+  """
+  prepared = prepare_python_tests(program, tests, entry_point=entry_point,
+                                  timeout_s=timeout_s, memory_mb=memory_mb)
+  req = prepared.request
+  res = sandbox.run(req.code, files=req.files, timeout_s=req.timeout_s,
+                    memory_mb=req.memory_mb)
+  return score_python_tests(prepared, res)
 
 
 def _normalise(text, compare):
