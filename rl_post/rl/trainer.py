@@ -26,6 +26,7 @@ from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data import batching, domain_stats, eval_sets
 from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.errors import MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
@@ -47,7 +48,14 @@ def _initial_params(ctx: RunContext, rl: GRPOConfig):
   """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init)."""
   if not rl.init_from:
     return pretrained_params(ctx)
-  stored = load_model_config(rl.init_from)
+  if not os.path.isdir(rl.init_from):
+    raise MissingInputError("rl.init_from", rl.init_from,
+                            "is not a directory; point it at the export/ folder of a finished "
+                            "SFT run")
+  try:
+    stored = load_model_config(rl.init_from)
+  except FileNotFoundError as e:
+    raise MissingInputError("rl.init_from", rl.init_from, str(e)) from None
   if stored != ctx.model_config:
     diff = {k: (v, getattr(ctx.model_config, k)) for k, v in stored.to_dict().items()
             if getattr(ctx.model_config, k) != v}
