@@ -170,7 +170,8 @@ def train(config, workdir: str) -> dict:
         prompts, lens = c.shard((prompts, lens))
         rollout = generate(state.params, prompts, lens, jax.random.fold_in(ctx.key("rollout"), it),
                            model_config=ctx.model_config, config=c.sampling,
-                           eos_id=tok.eos_id, pad_id=tok.pad_id)
+                           eos_id=tok.eos_id, pad_id=tok.pad_id,
+                           group_size=rl.num_generations)
         host = jax.device_get(rollout)
       with timer("reward"):
         pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT,
@@ -179,7 +180,7 @@ def train(config, workdir: str) -> dict:
         rewards = pending.result()
       adv = algos.group_advantages(rewards.rewards_N, rl.num_generations,
                                    scale=rl.advantage_scale)
-      batch = dict(tokens=host.tokens_BxT, mask=host.mask_BxT, old_logp=host.logp_BxT,
+      batch = dict(tokens=host.tokens_BxT, mask=host.loss_mask_BxT, old_logp=host.logp_BxT,
                    adv=np.asarray(adv))
       if ref_logp is not None:
         batch["ref_logp"] = np.asarray(ref_logp)
