@@ -158,3 +158,24 @@ def test_bad_inputs(params):
   with pytest.raises(ValueError, match="capacity"):
     extend(params, state, [0], [[1] * 20], model_config=CONFIG, config=ALL_ON, eos_id=None,
            pad_id=PAD)
+
+
+def test_continuous_batching_equals_static_token_for_token(params):
+  from rl_post.sampling.continuous import generate_continuous
+  rng = np.random.default_rng(3)
+  n = 10
+  prompts = jnp.asarray(rng.integers(7, 61, (n, 6)), jnp.int32)
+  lens = jnp.asarray(rng.integers(1, 7, n), jnp.int32)
+  seeds = jnp.arange(n, dtype=jnp.int32) * 7 + 1
+  budgets = rng.integers(1, 13, n)
+  static = jax.device_get(_gen(params, prompts, lens, ALL_ON, seeds_B=seeds,
+                               max_new_tokens=budgets))
+  cont, stats = generate_continuous(params, prompts, lens, seeds, model_config=CONFIG,
+                                    config=ALL_ON, num_slots=4, eos_id=None, pad_id=PAD,
+                                    max_new_tokens=budgets)
+  assert stats.refills >= 2 and stats.prefilled_rows == n - 4
+  np.testing.assert_array_equal(cont.tokens_BxT, static.tokens_BxT)
+  np.testing.assert_array_equal(cont.loss_mask_BxT, static.loss_mask_BxT)
+  np.testing.assert_array_equal(cont.finished_B, static.finished_B)
+  np.testing.assert_allclose(cont.logp_BxT, static.logp_BxT, atol=1e-5)
+  assert (cont.response_lens_B <= budgets).all() and (cont.response_lens_B >= 1).all()

@@ -87,17 +87,19 @@ def prefill(params, prompts_BxP, prompt_lens_B, seeds_B, budget_B, *, model_conf
 
 @functools.partial(jax.jit, static_argnames=("model_config", "config", "pad_id"),
                    donate_argnames=("state",))
-def decode(params, state: DecodeState, max_steps, *, model_config, config: SamplingConfig,
-           pad_id: int) -> DecodeState:
-  """Samples until every row is done or `max_steps` steps have run."""
+def decode(params, state: DecodeState, max_steps, min_done=None, *, model_config,
+           config: SamplingConfig, pad_id: int) -> DecodeState:
+  """Samples until `min_done` rows (default all) are done or `max_steps` steps ran."""
   TRACE_COUNTS["decode"] += 1
   layer_params = models.unstack_blocks(params)
   stop_ids = _stop_ids(config)
   rows_B = jnp.arange(state.lengths_B.shape[0])
 
+  min_done = rows_B.shape[0] if min_done is None else min_done
+
   def cond(carry):
     i, s = carry
-    return (i < max_steps) & ~jnp.all(s.done_B)
+    return (i < max_steps) & (jnp.sum(s.done_B) < min_done) & ~jnp.all(s.done_B)
 
   def body(carry):
     i, s = carry
@@ -171,3 +173,10 @@ def truncate(state: DecodeState, keep_lens_B, hit_B, *, pad_id: int) -> DecodeSt
       loss_mask_BxT=zero(state.loss_mask_BxT),
       lengths_B=jnp.where(hit_B, keep_lens_B, state.lengths_B),
       done_B=state.done_B | hit_B, stopped_B=state.stopped_B | hit_B)
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def insert_rows(state: DecodeState, new: DecodeState, slots_R) -> DecodeState:
+  """Writes the R rows of `new` into rows slots_R of `state` (slot B: skipped)."""
+  TRACE_COUNTS["insert_rows"] += 1
+  return jax.tree.map(lambda old, x: old.at[slots_R].set(x, mode="drop"), state, new)

@@ -55,12 +55,14 @@ def _with_eos(config: SamplingConfig, eos_id) -> SamplingConfig:
   return dataclasses.replace(config, stop_token_ids=config.stop_token_ids | {int(eos_id)})
 
 
-def _budget(config: SamplingConfig, max_new_tokens, batch: int):
-  n = config.max_new_tokens if max_new_tokens is None else int(max_new_tokens)
-  if not 0 < n <= config.max_new_tokens:
+def budget(config: SamplingConfig, max_new_tokens, batch: int):
+  """Per-row budgets [B] from None (the config's), an int, or a [B] array."""
+  n = config.max_new_tokens if max_new_tokens is None else max_new_tokens
+  n = np.broadcast_to(np.asarray(n, np.int32), (batch,))
+  if n.min() < 1 or n.max() > config.max_new_tokens:
     raise ValueError(f"max_new_tokens must be in [1, config.max_new_tokens="
-                     f"{config.max_new_tokens}], got {n}")
-  return jnp.full((batch,), n, jnp.int32)
+                     f"{config.max_new_tokens}], got [{n.min()}, {n.max()}]")
+  return jnp.asarray(n)
 
 
 def row_seeds(rng, batch: int):
@@ -68,7 +70,7 @@ def row_seeds(rng, batch: int):
   return jax.random.randint(rng, (batch,), 0, np.iinfo(np.int32).max, jnp.int32)
 
 
-def _pad_prompts(prompts_BxP, prompt_lens_B, config: SamplingConfig, pad_id: int):
+def pad_prompts(prompts_BxP, prompt_lens_B, config: SamplingConfig, pad_id: int):
   prompts_BxP = np.asarray(jax.device_get(prompts_BxP))
   lens = np.asarray(jax.device_get(prompt_lens_B))
   if prompts_BxP.ndim != 2 or lens.shape != prompts_BxP.shape[:1]:
@@ -136,7 +138,7 @@ def generate(params, prompts_BxP, prompt_lens_B, rng, *, model_config,
     eos_id: added to config.stop_token_ids (None or < 0: none).
     group_size: G; rows b*G..b*G+G-1 hold the same prompt, prefilled once.
     seeds_B: optional per-row int32 seeds (same seed, same tokens).
-    max_new_tokens: this call's budget, <= config.max_new_tokens.
+    max_new_tokens: this call's budget (int or per-row [B]), <= config's.
     detokenize: token ids -> text; required with stop strings.
     return_state: also return the DecodeState for `extend`.
   Returns:
@@ -146,7 +148,7 @@ def generate(params, prompts_BxP, prompt_lens_B, rng, *, model_config,
   batch = np.shape(prompts_BxP)[0]
   if group_size < 1 or batch % group_size:
     raise ValueError(f"batch {batch} must be a positive multiple of group_size {group_size}")
-  prompts, lens = _pad_prompts(prompts_BxP, prompt_lens_B, config, pad_id)
+  prompts, lens = pad_prompts(prompts_BxP, prompt_lens_B, config, pad_id)
   if group_size > 1:
     grouped = prompts.reshape(batch // group_size, group_size, -1)
     if not (grouped == grouped[:, :1]).all() or not (
@@ -154,7 +156,7 @@ def generate(params, prompts_BxP, prompt_lens_B, rng, *, model_config,
       raise ValueError("group_size > 1 needs the G rows of each group to hold the same prompt")
   seeds = row_seeds(rng, batch) if seeds_B is None else jnp.asarray(seeds_B, jnp.int32)
   state = engine.prefill(params, jnp.asarray(prompts), jnp.asarray(lens), seeds,
-                         _budget(config, max_new_tokens, batch), model_config=model_config,
+                         budget(config, max_new_tokens, batch), model_config=model_config,
                          capacity=prompts.shape[1] + config.max_new_tokens,
                          group_size=group_size, pad_id=pad_id)
   state = _run(params, state, _with_eos(config, eos_id), model_config, pad_id, detokenize)
@@ -185,7 +187,7 @@ def extend(params, state: engine.DecodeState, rows: Sequence[int],
     raise ValueError(f"rows {over.tolist()} would exceed the cache capacity {capacity} "
                      "(generate with a larger max_new_tokens)")
   state = engine.append(params, state, jnp.asarray(tokens_BxC), jnp.asarray(counts),
-                        jnp.asarray(resume), _budget(config, max_new_tokens, batch),
+                        jnp.asarray(resume), budget(config, max_new_tokens, batch),
                         model_config=model_config, pad_id=pad_id)
   state = _run(params, state, _with_eos(config, eos_id), model_config, pad_id, detokenize)
   return rollout_of(state), state
