@@ -1,6 +1,7 @@
 """The device side of decoding: prefill, decode loop, append, truncate.
 
-All four are jitted pure functions over a `DecodeState`. The KV cache is a
+All are jitted pure functions (`*_impl` unjitted, for callers that jit
+with explicit shardings, see `rl_post.sampling.sharded`) over a `DecodeState`. The KV cache is a
 list of per-layer [B, S, K, D] buffers carried by the decode `while_loop`
 and updated in place (one scatter per layer per step); per-layer weights
 are sliced from the stacked params once per call, outside the loop.
@@ -11,7 +12,6 @@ real and also fill cache slots [0, lengths_B[b]). Slot t holds position t.
 """
 
 import collections
-import functools
 
 import flax.struct
 import jax
@@ -54,9 +54,7 @@ def _stop_ids(config: SamplingConfig):
   return jnp.asarray(sorted(config.stop_token_ids) or [-1], jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("model_config", "capacity", "group_size",
-                                             "pad_id"))
-def prefill(params, prompts_BxP, prompt_lens_B, seeds_B, budget_B, *, model_config,
+def prefill_impl(params, prompts_BxP, prompt_lens_B, seeds_B, budget_B, *, model_config,
             capacity: int, group_size: int, pad_id: int) -> DecodeState:
   """Prefills each distinct prompt once; rows b*G..b*G+G-1 share prompt b.
 
@@ -85,9 +83,7 @@ def prefill(params, prompts_BxP, prompt_lens_B, seeds_B, budget_B, *, model_conf
       logits_BxV=repeat(logits[:, 0]), seeds_B=seeds_B)
 
 
-@functools.partial(jax.jit, static_argnames=("model_config", "config", "pad_id"),
-                   donate_argnames=("state",))
-def decode(params, state: DecodeState, max_steps, min_done=None, *, model_config,
+def decode_impl(params, state: DecodeState, max_steps, min_done=None, *, model_config,
            config: SamplingConfig, pad_id: int) -> DecodeState:
   """Samples until `min_done` rows (default all) are done or `max_steps` steps ran."""
   TRACE_COUNTS["decode"] += 1
@@ -125,9 +121,7 @@ def decode(params, state: DecodeState, max_steps, min_done=None, *, model_config
   return jax.lax.while_loop(cond, body, (jnp.int32(0), state))[1]
 
 
-@functools.partial(jax.jit, static_argnames=("model_config", "pad_id"),
-                   donate_argnames=("state",))
-def append(params, state: DecodeState, tokens_BxC, counts_B, resume_B, budget_B, *,
+def append_impl(params, state: DecodeState, tokens_BxC, counts_B, resume_B, budget_B, *,
            model_config, pad_id: int) -> DecodeState:
   """Appends counts_B[b] tokens to row b (not trainable) and re-opens rows.
 
@@ -160,8 +154,7 @@ def append(params, state: DecodeState, tokens_BxC, counts_B, resume_B, budget_B,
       stopped_B=jnp.where(resume_B, False, state.stopped_B))
 
 
-@functools.partial(jax.jit, static_argnames=("pad_id",), donate_argnames=("state",))
-def truncate(state: DecodeState, keep_lens_B, hit_B, *, pad_id: int) -> DecodeState:
+def truncate_impl(state: DecodeState, keep_lens_B, hit_B, *, pad_id: int) -> DecodeState:
   """Cuts rows with hit_B after keep_lens_B tokens and marks them stopped."""
   TRACE_COUNTS["truncate"] += 1
   cut_BxT = hit_B[:, None] & (jnp.arange(state.tokens_BxT.shape[1])[None] >=
@@ -175,8 +168,17 @@ def truncate(state: DecodeState, keep_lens_B, hit_B, *, pad_id: int) -> DecodeSt
       done_B=state.done_B | hit_B, stopped_B=state.stopped_B | hit_B)
 
 
-@functools.partial(jax.jit, donate_argnames=("state",))
-def insert_rows(state: DecodeState, new: DecodeState, slots_R) -> DecodeState:
+def insert_rows_impl(state: DecodeState, new: DecodeState, slots_R) -> DecodeState:
   """Writes the R rows of `new` into rows slots_R of `state` (slot B: skipped)."""
   TRACE_COUNTS["insert_rows"] += 1
   return jax.tree.map(lambda old, x: old.at[slots_R].set(x, mode="drop"), state, new)
+
+
+prefill = jax.jit(prefill_impl, static_argnames=("model_config", "capacity", "group_size",
+                                                  "pad_id"))
+decode = jax.jit(decode_impl, static_argnames=("model_config", "config", "pad_id"),
+                 donate_argnames=("state",))
+append = jax.jit(append_impl, static_argnames=("model_config", "pad_id"),
+                 donate_argnames=("state",))
+truncate = jax.jit(truncate_impl, static_argnames=("pad_id",), donate_argnames=("state",))
+insert_rows = jax.jit(insert_rows_impl, donate_argnames=("state",))
