@@ -6,9 +6,12 @@ One iteration, as data (N = B prompts x G generations):
   reward pool (worker processes) -> rewards [N]                (overlaps ref logp)
   group_advantages              -> adv [N]
   train_step x epochs x minibatches                            (jitted, donated)
-Checkpoints hold the TrainState and the iteration count; task batches and
-sampling keys are functions of (seed, iteration), so a resumed run repeats
-exactly what an uninterrupted one would have done.
+With dynamic filtering (`filtering.enabled`), further rounds of B prompts
+are drawn until B groups with unequal rewards are in hand (rl/filtering.py).
+Checkpoints hold the TrainState, the iteration count and the mixture's
+curriculum state; task batches and sampling keys are functions of (seed,
+iteration, round) and that state, so a resumed run repeats exactly what an
+uninterrupted one would have done.
 """
 
 import os
@@ -21,8 +24,9 @@ from absl import logging
 from rl_post.checkpoint.manager import CheckpointManager
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
-from rl_post.data import batching
+from rl_post.data import batching, domain_stats, eval_sets
 from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.errors import MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
@@ -30,7 +34,7 @@ from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import RewardConfig
-from rl_post.rl import algos
+from rl_post.rl import algos, filtering
 from rl_post.rl.config import GRPOConfig
 from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step
 from rl_post.sampling.sampler import SamplingConfig, generate
@@ -44,7 +48,14 @@ def _initial_params(ctx: RunContext, rl: GRPOConfig):
   """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init)."""
   if not rl.init_from:
     return pretrained_params(ctx)
-  stored = load_model_config(rl.init_from)
+  if not os.path.isdir(rl.init_from):
+    raise MissingInputError("rl.init_from", rl.init_from,
+                            "is not a directory; point it at the export/ folder of a finished "
+                            "SFT run")
+  try:
+    stored = load_model_config(rl.init_from)
+  except FileNotFoundError as e:
+    raise MissingInputError("rl.init_from", rl.init_from, str(e)) from None
   if stored != ctx.model_config:
     diff = {k: (v, getattr(ctx.model_config, k)) for k, v in stored.to_dict().items()
             if getattr(ctx.model_config, k) != v}
@@ -84,6 +95,7 @@ class _Components:
     self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
     self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
     self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
+    self.filtering = from_section(filtering.FilterConfig, config.get("filtering"), "filtering")
     divisor = ctx.batch_divisor()
     minibatch = rl.rollouts_per_step // rl.num_minibatches
     if minibatch % divisor:
@@ -91,7 +103,8 @@ class _Components:
                        f"num_minibatches) must be a multiple of the mesh batch axes ({divisor})")
     self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature)
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True)
-    self.mixture = TaskMixture(self.tasks, int(config.seed))
+    heldout = eval_sets.load_heldout(self.tasks, int(config.seed)) if self.tasks.eval_sets else None
+    self.mixture = TaskMixture(self.tasks, int(config.seed), heldout=heldout)
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,
@@ -125,6 +138,39 @@ def _evaluate_heldout(c: _Components, params, step: int) -> dict:
   return metrics
 
 
+def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
+  """One round of B prompts x G generations, scored (round 0: the step's batch)."""
+  rl, tok, ctx = c.rl, c.ctx.tokenizer, c.ctx
+  key = jax.random.fold_in(ctx.key("rollout"), it)
+  with timer("rollout"):
+    tasks = c.mixture.sample(it, rl.batch_size, round=rnd)
+    tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
+    prompts, lens = batching.encode_prompts(tok, tasks_N, rl.max_prompt_len)
+    prompts, lens = c.shard((prompts, lens))
+    if rnd:  # refill rounds of dynamic filtering; round 0 keeps the unfiltered key
+      key = jax.random.fold_in(key, rnd)
+    rollout = generate(state.params, prompts, lens, key,
+                       model_config=ctx.model_config, config=c.sampling,
+                       eos_id=tok.eos_id, pad_id=tok.pad_id)
+    host = jax.device_get(rollout)
+  with timer("reward"):
+    pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
+    ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
+    rewards = pending.result()
+  return dict(tasks_N=tasks_N, host=host, rewards=rewards,
+              ref_logp=None if ref_logp is None else np.asarray(ref_logp))
+
+
+def _update_mixture(c: _Components, scored: dict) -> dict:
+  """Feeds every scored round to the curriculum; returns per-domain/difficulty stats."""
+  rewards = scored["rewards"]
+  c.mixture.update(scored["tasks_N"], domain_stats.passed(rewards.verdicts))
+  metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts, rewards.rewards_N,
+                                        rewards.components)
+  metrics.update(c.mixture.curriculum_metrics())
+  return metrics
+
+
 def _minibatches(batch: dict, rl: GRPOConfig, key) -> list[dict]:
   """epochs x minibatches slices of the rollout batch, shuffled per epoch."""
   n = rl.rollouts_per_step
@@ -141,7 +187,7 @@ def _minibatches(batch: dict, rl: GRPOConfig, key) -> list[dict]:
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) GRPO; returns the final metrics."""
   c = _Components(config, workdir)
-  ctx, rl, tok = c.ctx, c.rl, c.ctx.tokenizer
+  ctx, rl = c.ctx, c.rl
   init_params = _initial_params(ctx, rl)
   state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
                                        ctx.key("init"), params=init_params)
@@ -155,6 +201,10 @@ def train(config, workdir: str) -> dict:
     abstract = state_lib.abstract_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules)
     state, extra = checkpoints.restore(abstract, fallback=True)
     start = int(extra["rl_step"])
+    if "mixture" in extra:
+      c.mixture.load_state_dict(extra["mixture"])
+    elif c.tasks.curriculum.enabled:
+      logging.warning("checkpoint has no mixture state: the curriculum restarts")
     logging.info("resumed from iteration %d", start)
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = RewardPool(c.rewards, c.tasks.domain_options)
@@ -163,20 +213,11 @@ def train(config, workdir: str) -> dict:
   try:
     for it in range(start, rl.num_steps):
       step_start = time.perf_counter()
-      with timer("rollout"):
-        tasks = c.mixture.sample(it, rl.batch_size)
-        tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
-        prompts, lens = batching.encode_prompts(tok, tasks_N, rl.max_prompt_len)
-        prompts, lens = c.shard((prompts, lens))
-        rollout = generate(state.params, prompts, lens, jax.random.fold_in(ctx.key("rollout"), it),
-                           model_config=ctx.model_config, config=c.sampling,
-                           eos_id=tok.eos_id, pad_id=tok.pad_id)
-        host = jax.device_get(rollout)
-      with timer("reward"):
-        pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT,
-                                                                 host.mask_BxT))
-        ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
-        rewards = pending.result()
+      picked, scored, filter_metrics = filtering.collect(
+          lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
+          lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
+      tasks_N, host, rewards, ref_logp = (picked[k] for k in ("tasks_N", "host", "rewards",
+                                                                "ref_logp"))
       adv = algos.group_advantages(rewards.rewards_N, rl.num_generations,
                                    scale=rl.advantage_scale)
       batch = dict(tokens=host.tokens_BxT, mask=host.mask_BxT, old_logp=host.logp_BxT,
@@ -191,6 +232,8 @@ def train(config, workdir: str) -> dict:
         step_metrics = jax.device_get(step_metrics)
       metrics = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
       metrics.update(_rollout_metrics(tasks_N, rewards, host, rl))
+      metrics.update(filter_metrics)
+      metrics.update(_update_mixture(c, scored))
       metrics.update(timer.metrics())
       timer.reset()
       elapsed = time.perf_counter() - step_start
@@ -208,7 +251,8 @@ def train(config, workdir: str) -> dict:
                    f"{metrics['kl']:.4f}" if "kl" in metrics else "-",
                    metrics["response_len/mean"], elapsed)
       if done % rl.checkpoint_every == 0 or done == rl.num_steps:
-        checkpoints.save(done, state, extra={"rl_step": done}, force=True)
+        checkpoints.save(done, state, extra={"rl_step": done, "mixture": c.mixture.state_dict()},
+                         force=True)
       last_metrics = metrics
   finally:
     checkpoints.close()
