@@ -32,3 +32,8 @@ def test_ensure_workdir(tmp_path):
     run.ensure_workdir(str(tmp_path / "f"))
   with pytest.raises(ConfigError, match=r"--workdir=.*: cannot be created \(Not a directory\)"):
     run.ensure_workdir(str(tmp_path / "f" / "sub"))
+
+
+def test_padding_ids_decode_to_nothing(tokenizer):
+  ids = tokenizer.encode("12+34")
+  assert tokenizer.decode(ids + [tokenizer.vocab_size, tokenizer.vocab_size + 3]) == "12+34"
