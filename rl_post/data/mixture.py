@@ -31,7 +31,7 @@ class TaskConfig:
 
   Attributes:
     domains: domain names (see `rl_post.tasks.registry`).
-    weights: sampling weight per domain (normalised).
+    weights: sampling weight per domain (normalised); () = equal weights.
     floors: minimum share of the batch per domain: () none, one value for
       every domain, or one per domain; their sum must be <= 1.
     difficulties: difficulty levels to use, each a level of every domain;
@@ -62,10 +62,11 @@ class TaskConfig:
     check(len(self.domains) > 0, "domains", "must not be empty", self.domains)
     check(len(set(self.domains)) == len(self.domains), "domains", "must not repeat a domain",
           self.domains)
-    check(len(self.weights) == len(self.domains), "weights",
-          f"must have one entry per domain ({len(self.domains)})", self.weights)
-    check(all(w >= 0 for w in self.weights) and sum(self.weights) > 0, "weights",
-          "must be >= 0 with a positive sum", self.weights)
+    check(len(self.weights) in (0, len(self.domains)), "weights",
+          f"must have one entry per domain ({len(self.domains)}) or be empty (equal)",
+          self.weights)
+    check(not self.weights or all(w >= 0 for w in self.weights) and sum(self.weights) > 0,
+          "weights", "must be >= 0 with a positive sum", self.weights)
     check(len(self.floors) in (0, 1, len(self.domains)), "floors",
           f"must be empty, one value or one per domain ({len(self.domains)})", self.floors)
     floors = self.floor_shares()
@@ -156,7 +157,8 @@ class TaskMixture:
         raise ValueError(f"domain {name!r} must set name = {name!r} (got {domain.name!r}): "
                          "tasks are routed to verifiers by this name")
     self.levels = {name: self._levels_of(name, domain) for name, domain in self.domains.items()}
-    self._shares = domain_shares(config.weights, config.floor_shares())
+    self._shares = domain_shares(config.weights or (1.0,) * len(config.domains),
+                                 config.floor_shares())
     self.curriculum = Curriculum(config.curriculum, self.levels)
     self._static = {d: (lv, level_probs(len(lv), config.difficulty_ratios))
                     for d, lv in self.levels.items()}
