@@ -150,7 +150,7 @@ def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd:
       key = jax.random.fold_in(key, rnd)
     rollout = generate(state.params, prompts, lens, key,
                        model_config=ctx.model_config, config=c.sampling,
-                       eos_id=tok.eos_id, pad_id=tok.pad_id)
+                       eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
     host = jax.device_get(rollout)
   with timer("reward"):
     pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
@@ -219,7 +219,7 @@ def train(config, workdir: str) -> dict:
                                                                 "ref_logp"))
       adv = algos.group_advantages(rewards.rewards_N, rl.num_generations,
                                    scale=rl.advantage_scale)
-      batch = dict(tokens=host.tokens_BxT, mask=host.mask_BxT, old_logp=host.logp_BxT,
+      batch = dict(tokens=host.tokens_BxT, mask=host.loss_mask_BxT, old_logp=host.logp_BxT,
                    adv=np.asarray(adv))
       if ref_logp is not None:
         batch["ref_logp"] = np.asarray(ref_logp)

@@ -19,14 +19,15 @@ fail.
 import ast
 import dataclasses
 import json
-import math
 import secrets
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from rl_post.sandbox import request as request_lib
+from rl_post.sandbox import values
+
+decode_value = values.decode_value
 
 _KINDS = ("eq", "typed", "predicate", "is", "truthy", "falsy")
-_MAX_DEPTH = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,92 +213,11 @@ _rl_post_driver(%(nonce)r, %(exprs)s, %(entry_point)r)
 '''
 
 
-# -- decoding and comparison (host side) -------------------------------------
-class _DecodeError(Exception):
-  pass
-
-
-def _decode(v, depth=0):
-  if depth > _MAX_DEPTH:
-    raise _DecodeError("nested too deeply")
-  if v is None or type(v) in (bool, int, float, str):
-    return v
-  if type(v) is not dict or len(v) != 1:
-    raise _DecodeError(f"not a tagged value: {type(v).__name__}")
-  (tag, body), = v.items()
-  if tag == "B" and type(body) is str:
-    return bytes.fromhex(body)
-  if type(body) is not list:
-    raise _DecodeError(f"bad body for tag {tag!r}")
-  if tag == "L":
-    return [_decode(x, depth + 1) for x in body]
-  if tag == "T":
-    return tuple(_decode(x, depth + 1) for x in body)
-  if tag in ("S", "F"):
-    items = [_decode(x, depth + 1) for x in body]
-    try:
-      return set(items) if tag == "S" else frozenset(items)
-    except TypeError:
-      raise _DecodeError("unhashable set element") from None
-  if tag == "D":
-    out = {}
-    for pair in body:
-      if type(pair) is not list or len(pair) != 2:
-        raise _DecodeError("bad dict item")
-      try:
-        out[_decode(pair[0], depth + 1)] = _decode(pair[1], depth + 1)
-      except TypeError:
-        raise _DecodeError("unhashable dict key") from None
-    return out
-  raise _DecodeError(f"unknown tag {tag!r}")
-
-
-def _close(actual, expected, tol):
-  if isinstance(expected, float) or isinstance(actual, float):
-    if type(actual) not in (int, float) or type(expected) not in (int, float):
-      return False
-    return math.isclose(actual, expected, rel_tol=0.0, abs_tol=tol)
-  if type(actual) in (list, tuple) and type(actual) is type(expected):
-    return len(actual) == len(expected) and all(
-        _close(a, e, tol) for a, e in zip(actual, expected))
-  return actual == expected
-
-
-def _typed_equal(actual, expected, tol):
-  """== on decoded plain values, with the types checked at every level."""
-  numeric = (int, float)
-  if type(actual) in numeric and type(expected) in numeric:
-    if type(actual) is int and type(expected) is int:
-      return actual == expected
-    return math.isclose(actual, expected, rel_tol=tol, abs_tol=tol)
-  if type(actual) is not type(expected):
-    return False
-  if type(actual) in (list, tuple):
-    return len(actual) == len(expected) and all(
-        _typed_equal(a, e, tol) for a, e in zip(actual, expected))
-  if type(actual) is dict:
-    return actual.keys() == expected.keys() and all(
-        _typed_equal(actual[k], expected[k], tol) for k in expected)
-  return actual == expected
-
-
-def decode_value(v):
-  """A tagged plain value (the driver's encoding) as a Python value.
-
-  Raises:
-    ValueError: not a well-formed tagged value.
-  """
-  try:
-    return _decode(v)
-  except (_DecodeError, RecursionError) as e:
-    raise ValueError(f"bad tagged value: {e}") from None
-
-
 def _check(case, value):
   if case.kind == "predicate":
     return bool(case.predicate(value))
   if case.kind == "typed":
-    return _typed_equal(value, case.expected, case.tolerance or 0.0)
+    return values.typed_equal(value, case.expected, case.tolerance or 0.0)
   if case.kind == "is":
     return value is case.expected
   if case.kind == "truthy":
@@ -305,7 +225,7 @@ def _check(case, value):
   if case.kind == "falsy":
     return not value
   if case.tolerance is not None:
-    return _close(value, case.expected, case.tolerance)
+    return values.close_enough(value, case.expected, case.tolerance)
   return value == case.expected
 
 
@@ -346,7 +266,7 @@ def prepare_python_tests(program, tests, *, entry_point=None, timeout_s=None,
     raise ValueError(f"entry_point must be an identifier, got "
                      f"{entry_point!r}")
   nonce = secrets.token_hex(16)
-  driver = _DRIVER % {"nonce": nonce, "max_depth": _MAX_DEPTH,
+  driver = _DRIVER % {"nonce": nonce, "max_depth": values.MAX_DEPTH,
                       "exprs": repr([c.expr for c in cases]),
                       "entry_point": entry_point}
   req = request_lib.RunRequest(driver, files={"solution.py": program_bytes},
@@ -368,23 +288,23 @@ def score_python_tests(prepared, res):
     if (type(parsed) is not dict or parsed.get("nonce") != nonce or
         type(parsed.get("results")) is not list or
         len(parsed["results"]) != total):
-      raise _DecodeError("record does not match this run")
+      raise values.DecodeError("record does not match this run")
     entries = parsed["results"]
-  except (ValueError, UnicodeDecodeError, RecursionError, _DecodeError) as e:
+  except (ValueError, UnicodeDecodeError, RecursionError, values.DecodeError) as e:
     return GradeResult(0, total, False, res.status,
                        (f"bad result record: {e}",) * total, (res,))
   passed = 0
   for case, entry in zip(cases, entries):
     try:
       if type(entry) is not list or len(entry) != 2 or entry[0] is not True:
-        raise _DecodeError(str(entry[1] if type(entry) is list and
+        raise values.DecodeError(str(entry[1] if type(entry) is list and
                                len(entry) == 2 else "bad entry")[:300])
-      value = _decode(entry[1])
+      value = values.decode(entry[1])
       good = _check(case, value)
       details.append("pass" if good else f"fail: {case.expr} -> "
                      f"{repr(value)[:200]}")
       passed += good
-    except (_DecodeError, RecursionError, ValueError) as e:
+    except (values.DecodeError, RecursionError, ValueError) as e:
       details.append(f"fail: {case.expr}: {e}")
   all_passed = passed == total and res.status == "ok"
   return GradeResult(passed, total, all_passed, res.status, tuple(details),

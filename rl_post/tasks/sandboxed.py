@@ -117,7 +117,7 @@ class SandboxedDomain(Domain, abc.ABC):
         verdicts[i] = Verdict(0.0, format_ok, prepared.answer, result)
         continue
       try:
-        verdicts[i] = self.judge(tasks[i], prepared, result, format_ok)
+        verdicts[i] = _label_failure(self.judge(tasks[i], prepared, result, format_ok), result)
       except Exception as e:  # pylint: disable=broad-except
         verdicts[i] = Verdict(0.0, format_ok, prepared.answer,
                               f"verifier error: {type(e).__name__}: {e}"[:300])
@@ -132,6 +132,16 @@ class SandboxedDomain(Domain, abc.ABC):
       return self.prepare(task, completion)
     except Exception as e:  # pylint: disable=broad-except
       return failed(f"cannot prepare run: {type(e).__name__}: {e}"[:300])
+
+
+def _label_failure(verdict: Verdict, result: ExecResult) -> Verdict:
+  """Prefixes the error of a run that timed out ("timeout: ...") or that the
+  sandbox failed ("verifier error: ..."), the prefixes the reward path counts."""
+  prefix = {"timeout": "timeout", "sandbox_error": "verifier error"}.get(result.status)
+  if prefix is None or verdict.correct or (verdict.error or "").startswith(prefix):
+    return verdict
+  detail = result.message if result.status == "sandbox_error" else verdict.error
+  return dataclasses.replace(verdict, error=f"{prefix}: {detail}"[:300])
 
 
 def _run_all(sandbox, requests: list[RunRequest]) -> list[ExecResult | str]:

@@ -65,6 +65,15 @@ def test_typed_comparison_rejects_bool_for_int_and_tuple_for_list(domain, sb):
   assert domain.verify(task, _answer(as_tuple), sandbox=sb).score < 1
 
 
+def test_a_hung_completion_fails_alone_and_is_labelled(domain, sb):
+  task = domain.generate(np.random.default_rng(4), 3)
+  demo = domain.demonstration(task)
+  hung = _answer(f"def {task.metadata['entry_point']}(*a):\n  while True:\n    pass")
+  verdicts = domain.verify_batch([task] * 3, [demo, hung, demo], sandbox=sb)
+  assert [v.score for v in verdicts] == [1.0, 0.0, 1.0]
+  assert verdicts[1].error.startswith("timeout: ")  # counted by the reward path
+
+
 def test_sandbox_is_required(domain):
   task = domain.generate(np.random.default_rng(0), 1)
   with pytest.raises(SandboxRequiredError, match="needs the shared"):

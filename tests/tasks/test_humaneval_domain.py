@@ -108,3 +108,12 @@ def test_find_zero_accepts_any_root_and_sources_round_trip():
     rebuilt = eval(to_source(value))  # our own source of a trusted value
     assert rebuilt == value and type(rebuilt) is type(value)
   assert math.isnan(eval(to_source(float("nan"))))
+
+
+def test_a_failed_recording_fails_its_task_alone(sb):
+  domain = HumanEval(timeout_s=3.0, memory_mb=256)
+  domain.problems["HumanEval/0"]["canonical_solution"] = "    raise RuntimeError('broken')\n"
+  tasks = [domain.task("HumanEval/0"), domain.task("HumanEval/2")]
+  v0, v2 = domain.verify_batch(tasks, [domain.demonstration(t) for t in tasks], sandbox=sb)
+  assert v0.score == 0 and "recording the canonical solution failed" in v0.error
+  assert v2.correct

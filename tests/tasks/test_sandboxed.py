@@ -91,3 +91,11 @@ def test_prompts_survive_our_tokenizer_and_chat_templates(make, tokenizer):
     assert task.prompt in rendered
   assert "<answer>" in task.prompt and "<think>" in task.prompt
   assert extract_code(demo) and extract_code(demo) in demo
+
+
+@pytest.mark.parametrize("make", [Code, Sql, Shell, HumanEval])
+def test_tasks_survive_the_eval_set_records(make):
+  from rl_post.data import eval_sets  # pylint: disable=import-outside-toplevel
+  domain = make()
+  tasks = [domain.generate(np.random.default_rng(0), level) for level in domain.difficulty_levels]
+  assert [eval_sets.decode_record(eval_sets.encode_task(t)) for t in tasks] == tasks
