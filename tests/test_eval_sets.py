@@ -11,7 +11,7 @@ from mixture_fixtures import A, B
 from rl_post.config_sections import from_section
 from rl_post.data import eval_sets
 from rl_post.data.eval_sets import EvalSetSpec
-from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.data.mixture import TaskConfig
 from rl_post.tasks.base import Task
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -67,8 +67,10 @@ def test_heldout_from_eval_sets_is_excluded_from_training(tmp_path):
   eval_sets.build_all(tasks, seed=0)
   heldout = eval_sets.load_heldout(tasks, seed=0)
   assert len(heldout) == 30 and {t.domain for t in heldout} == {B}
-  mixture = TaskMixture(tasks, seed=0, heldout=heldout)
+  mixture = eval_sets.make_mixture(tasks, seed=0)
   assert mixture.heldout == heldout
+  assert not {t.task_id for t in heldout} & {t.task_id for s in range(20)
+                                             for t in mixture.sample(s, 32)}
 
 
 def test_unstorable_tasks_fail_at_build_time():

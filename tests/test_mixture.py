@@ -51,6 +51,13 @@ def test_draws_match_weights_and_floors():
   assert min(collections.Counter(t.domain for t in tasks).values()) > 0.04 * len(tasks)
 
 
+def test_empty_weights_are_equal_and_floors_broadcast():
+  mixture = _mixture(domains=(A, B, C), weights=())
+  assert mixture.shares == pytest.approx({A: 1 / 3, B: 1 / 3, C: 1 / 3})
+  config = TaskConfig(domains=(A, B, C), weights=(1, 1, 1), floors=(0.1,))
+  assert config.floor_shares() == (0.1, 0.1, 0.1)
+
+
 def test_level_probs_maps_bins_onto_levels():
   np.testing.assert_allclose(level_probs(3, (0.2, 0.3, 0.5)), [0.2, 0.3, 0.5])
   np.testing.assert_allclose(level_probs(4, ()), [0.25] * 4)
@@ -92,6 +99,8 @@ def test_stream_is_a_function_of_seed_step_round_and_excludes_heldout():
     (dict(domains=(A, B), weights=(1, 1), floors=(0.1, 0.1, 0.1)), "tasks.floors"),
     (dict(domains=(A, B), weights=(1, 1), floors=(-0.1,)), "tasks.floors"),
     (dict(domains=(A, A), weights=(1, 1)), "tasks.domains"),
+    (dict(domains=(A, B), weights=(1,)), "tasks.weights"),
+    (dict(domains=(A, B), weights=(0, 0)), "tasks.weights"),
     (dict(domains=(A,), weights=(1,), difficulty_ratios=(0, 0)), "tasks.difficulty_ratios"),
     (dict(domains=(A,), weights=(1,), eval_sets=(B,), eval_data_dir="/x"), "tasks.eval_sets"),
     (dict(domains=(A,), weights=(1,), eval_sets=(A,)), "tasks.eval_data_dir"),

@@ -198,6 +198,11 @@ def load_heldout(tasks: TaskConfig, seed: int) -> list[Task]:
   return [t for spec in specs_for(tasks, seed) for t in load(spec, tasks.eval_data_dir)]
 
 
+def make_mixture(tasks: TaskConfig, seed: int) -> TaskMixture:
+  """The run's mixture; its held-out set comes from the eval sets when configured."""
+  return TaskMixture(tasks, seed, heldout=load_heldout(tasks, seed) if tasks.eval_sets else None)
+
+
 def build_all(tasks: TaskConfig, seed: int) -> list[tuple[EvalSetSpec, str]]:
   return [(spec, build(spec, tasks.eval_data_dir)) for spec in specs_for(tasks, seed)]
 

@@ -31,7 +31,7 @@ class TaskConfig:
 
   Attributes:
     domains: domain names (see `rl_post.tasks.registry`).
-    weights: sampling weight per domain (normalised).
+    weights: sampling weight per domain (normalised); () = equal weights.
     floors: minimum share of the batch per domain: () none, one value for
       every domain, or one per domain; their sum must be <= 1.
     difficulties: difficulty levels to use, each a level of every domain;
@@ -48,7 +48,7 @@ class TaskConfig:
     eval_data_dir: directory of the built eval sets.
   """
   domains: tuple[str, ...] = ("arithmetic",)
-  weights: tuple[float, ...] = (1.0,)
+  weights: tuple[float, ...] = ()
   floors: tuple[float, ...] = ()
   difficulties: tuple[int, ...] = ()
   difficulty_ratios: tuple[float, ...] = ()
@@ -62,10 +62,11 @@ class TaskConfig:
     check(len(self.domains) > 0, "domains", "must not be empty", self.domains)
     check(len(set(self.domains)) == len(self.domains), "domains", "must not repeat a domain",
           self.domains)
-    check(len(self.weights) == len(self.domains), "weights",
-          f"must have one entry per domain ({len(self.domains)})", self.weights)
-    check(all(w >= 0 for w in self.weights) and sum(self.weights) > 0, "weights",
-          "must be >= 0 with a positive sum", self.weights)
+    check(len(self.weights) in (0, len(self.domains)), "weights",
+          f"must have one entry per domain ({len(self.domains)}) or be empty (equal)",
+          self.weights)
+    check(not self.weights or all(w >= 0 for w in self.weights) and sum(self.weights) > 0,
+          "weights", "must be >= 0 with a positive sum", self.weights)
     check(len(self.floors) in (0, 1, len(self.domains)), "floors",
           f"must be empty, one value or one per domain ({len(self.domains)})", self.floors)
     floors = self.floor_shares()
@@ -137,6 +138,15 @@ def level_probs(num_levels: int, ratios: Sequence[float]) -> np.ndarray:
   return p / p.sum()
 
 
+def _pick(rng: np.random.Generator, cdf: np.ndarray) -> int:
+  """An index drawn with probabilities whose cumulative sums are `cdf`.
+
+  One uniform and a binary search: ~20x cheaper than `rng.choice(p=...)`,
+  which revalidates p on every call.
+  """
+  return min(int(np.searchsorted(cdf, rng.random(), side="right")), len(cdf) - 1)
+
+
 class TaskMixture:
   """Samples tasks across domains and difficulties; owns the curriculum."""
 
@@ -156,9 +166,11 @@ class TaskMixture:
         raise ValueError(f"domain {name!r} must set name = {name!r} (got {domain.name!r}): "
                          "tasks are routed to verifiers by this name")
     self.levels = {name: self._levels_of(name, domain) for name, domain in self.domains.items()}
-    self._shares = domain_shares(config.weights, config.floor_shares())
+    self._shares = domain_shares(config.weights or (1.0,) * len(config.domains),
+                                 config.floor_shares())
     self.curriculum = Curriculum(config.curriculum, self.levels)
-    self._static = {d: (lv, level_probs(len(lv), config.difficulty_ratios))
+    self._domain_cdf = np.cumsum(self._shares)
+    self._static = {d: (lv, np.cumsum(level_probs(len(lv), config.difficulty_ratios)))
                     for d, lv in self.levels.items()}
     self._active = {}
     self._refresh()
@@ -182,7 +194,8 @@ class TaskMixture:
     """Recomputes the level distribution of (moved) domains."""
     for d in names or self.levels:
       active = self.curriculum.active_levels(d)
-      self._active[d] = (active, level_probs(len(active), self.config.difficulty_ratios))
+      self._active[d] = (active,
+                         np.cumsum(level_probs(len(active), self.config.difficulty_ratios)))
 
   @property
   def shares(self) -> dict[str, float]:
@@ -190,8 +203,8 @@ class TaskMixture:
 
   def level_distribution(self, domain: str) -> dict[int, float]:
     """{level: probability} of training draws of `domain` right now."""
-    levels, probs = self._active[domain]
-    return dict(zip(levels, probs.tolist()))
+    levels, cdf = self._active[domain]
+    return dict(zip(levels, np.diff(cdf, prepend=0.0).tolist()))
 
   def _draw(self, stream: int, key: tuple, n: int, exclude: frozenset, unique: bool = False,
             dists=None) -> list[Task]:
@@ -200,9 +213,9 @@ class TaskMixture:
     rng = np.random.default_rng([self.seed, stream, *key])
     tasks, seen = [], set(exclude)
     for _ in range(n):
-      name = self.config.domains[int(rng.choice(len(self._shares), p=self._shares))]
-      levels, probs = dists[name]
-      difficulty = levels[int(rng.choice(len(levels), p=probs))]
+      name = self.config.domains[_pick(rng, self._domain_cdf)]
+      levels, cdf = dists[name]
+      difficulty = levels[_pick(rng, cdf)]
       task = self._fresh_task(rng, name, difficulty, seen if unique else exclude)
       if unique:
         seen.add(task.task_id)
@@ -245,8 +258,9 @@ class TaskMixture:
   def curriculum_metrics(self) -> dict[str, float]:
     """`curriculum/<d>/difficulty` (expected level of training draws) and moves."""
     out = {}
-    for d, (levels, probs) in self._active.items():
-      out[f"curriculum/{d}/difficulty"] = float(np.dot(levels, probs))
+    for d in self._active:
+      dist = self.level_distribution(d)
+      out[f"curriculum/{d}/difficulty"] = float(sum(k * p for k, p in dist.items()))
       if self.config.curriculum.enabled:
         out[f"curriculum/{d}/moves"] = float(self.curriculum.moves[d])
     return out

@@ -25,7 +25,7 @@ from rl_post.checkpoint.manager import CheckpointManager
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data import batching, domain_stats, eval_sets
-from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.data.mixture import TaskConfig
 from rl_post.errors import MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics.timing import StepTimer
@@ -103,8 +103,7 @@ class _Components:
                        f"num_minibatches) must be a multiple of the mesh batch axes ({divisor})")
     self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature)
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True)
-    heldout = eval_sets.load_heldout(self.tasks, int(config.seed)) if self.tasks.eval_sets else None
-    self.mixture = TaskMixture(self.tasks, int(config.seed), heldout=heldout)
+    self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,
