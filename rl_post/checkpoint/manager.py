@@ -294,6 +294,10 @@ class CheckpointManager:
       CorruptCheckpointError: the step cannot be read (and no fallback
         succeeded).
     """
+    # Re-read the step list from disk: a save's max_to_keep clean-up may have
+    # removed steps that orbax still lists.
+    self._mgr.wait_until_finished()
+    self._mgr.reload()
     steps = self.all_steps()
     if not steps:
       raise FileNotFoundError(f"no checkpoints in {self.directory}")
@@ -371,6 +375,9 @@ class CheckpointManager:
     """Moves step dir to corrupt/<step>-<reason>[-n]; orbax forgets the step."""
     self._mgr.wait_until_finished()
     src = os.path.join(self.directory, str(step))
+    if not os.path.isdir(src):  # already gone; nothing to keep
+      self._mgr.reload()
+      return "<already removed>"
     root = os.path.join(self.directory, CORRUPT_DIRNAME)
     os.makedirs(root, exist_ok=True)
     dst = os.path.join(root, f"{step}-{reason}")

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from rl_post.checkpoint.manager import CheckpointManager
+from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data import batching
@@ -35,7 +35,10 @@ from rl_post.rl.config import GRPOConfig
 from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.training import state as state_lib
+from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
+from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.preemption import SigtermFlag
 from rl_post.training.run import RunContext, pretrained_params, setup_run
 from rl_post.training.step import jit_train_step
 
@@ -84,6 +87,8 @@ class _Components:
     self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
     self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
     self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
+    self.guard = from_section(GuardConfig, config.get("guard"), "guard")
+    self.faults = from_section(FaultsConfig, config.get("faults"), "faults")
     divisor = ctx.batch_divisor()
     minibatch = rl.rollouts_per_step // rl.num_minibatches
     if minibatch % divisor:
@@ -142,26 +147,46 @@ def train(config, workdir: str) -> dict:
   """Runs (or resumes) GRPO; returns the final metrics."""
   c = _Components(config, workdir)
   ctx, rl, tok = c.ctx, c.rl, c.ctx.tokenizer
-  init_params = _initial_params(ctx, rl)
-  state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
-                                       ctx.key("init"), params=init_params)
+
+  def fresh_state():
+    return state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
+                                        ctx.key("init"), params=_initial_params(ctx, rl))
+
+  state = fresh_state()
   ref_params = None
   if rl.kl_coef > 0:  # frozen copy of the starting policy, optionally in bf16
     ref_params = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(rl.ref_dtype), p))(
         state.params)
-  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3)
+  fault_log = FaultLog(workdir)
+  injector = FaultInjector(c.faults, fault_log)
+  guard = NonFiniteGuard(c.guard, fault_log)
+  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3,
+                                  on_event=fault_log.record)
+
+  def restore_latest():
+    """(state, iteration) of the newest good checkpoint, or the initial state."""
+    if checkpoints.latest_step() is None:
+      return fresh_state(), 0
+    abstract = state_lib.abstract_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules)
+    try:
+      restored, extra = checkpoints.restore(abstract, fallback=True)
+    except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
+      logging.warning("%s\nstarting again from the initial state", e)
+      return fresh_state(), 0
+    return restored, int(extra["rl_step"])
+
   start = 0
   if checkpoints.latest_step() is not None:
-    abstract = state_lib.abstract_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules)
-    state, extra = checkpoints.restore(abstract, fallback=True)
-    start = int(extra["rl_step"])
+    state, start = restore_latest()
     logging.info("resumed from iteration %d", start)
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = RewardPool(c.rewards, c.tasks.domain_options)
   timer = StepTimer()
   last_metrics = {}
+  preempt = SigtermFlag().__enter__()
+  it = start
   try:
-    for it in range(start, rl.num_steps):
+    while it < rl.num_steps:
       step_start = time.perf_counter()
       with timer("rollout"):
         tasks = c.mixture.sample(it, rl.batch_size)
@@ -181,6 +206,7 @@ def train(config, workdir: str) -> dict:
                                    scale=rl.advantage_scale)
       batch = dict(tokens=host.tokens_BxT, mask=host.mask_BxT, old_logp=host.logp_BxT,
                    adv=np.asarray(adv))
+      batch = injector.poison(it + 1, batch, "adv")
       if ref_logp is not None:
         batch["ref_logp"] = np.asarray(ref_logp)
       with timer("train"):
@@ -190,6 +216,16 @@ def train(config, workdir: str) -> dict:
           step_metrics.append(m)
         step_metrics = jax.device_get(step_metrics)
       metrics = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
+      skipped = int(sum(m["guard/skipped"] for m in step_metrics))
+      if guard.observe(it + 1, skipped):
+        state, restored_at = restore_latest()
+        guard.rolled_back(it + 1, restored_at)
+        logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
+                        "iteration %d", it + 1, c.guard.max_nonfinite_steps, restored_at)
+        writer.truncate_after(restored_at)
+        timer.reset()
+        it = restored_at
+        continue
       metrics.update(_rollout_metrics(tasks_N, rewards, host, rl))
       metrics.update(timer.metrics())
       timer.reset()
@@ -201,6 +237,7 @@ def train(config, workdir: str) -> dict:
       if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
         with timer("eval"):
           metrics.update(_evaluate_heldout(c, state.params, done))
+      metrics.update(guard.metrics(), **fault_log.metrics())
       writer.write(done, metrics)
       logging.info("rl step %d: reward %.3f pass %.3f kl %s len %.1f (%.2fs)", done,
                    metrics["reward/mean"], np.mean([v for k, v in metrics.items()
@@ -209,9 +246,20 @@ def train(config, workdir: str) -> dict:
                    metrics["response_len/mean"], elapsed)
       if done % rl.checkpoint_every == 0 or done == rl.num_steps:
         checkpoints.save(done, state, extra={"rl_step": done}, force=True)
+        injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
       last_metrics = metrics
+      injector.after_step(done)
+      it = done
+      if preempt.requested and it < rl.num_steps:
+        if checkpoints.latest_step() != done:
+          checkpoints.save(done, state, extra={"rl_step": done}, force=True)
+        fault_log.record("sigterm_checkpointed", done)
+        logging.warning("SIGTERM: saved checkpoint at iteration %d; exiting", done)
+        break
   finally:
+    preempt.__exit__()
     checkpoints.close()
     writer.close()
     pool.close()
-  return {"state": state, "metrics": last_metrics, "context": ctx}
+  return {"state": state, "metrics": last_metrics, "context": ctx,
+          "preempted": it < rl.num_steps}
