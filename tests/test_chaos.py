@@ -110,7 +110,7 @@ def test_kill_and_corrupt_checkpoint_under_supervisor_match_clean_run(
       "faults/injected_nonfinite_loss": 1, "faults/nonfinite_update_skipped": 1,
       "faults/injected_checkpoint_corruption": 1, "faults/injected_kill": 1,
       "faults/checkpoint_moved_aside": 1, "faults/restarts": 1,
-      "guard/skipped_steps": 1, "guard/rollbacks": 0}
+      "guard/skipped": 0, "guard/skipped_steps": 1, "guard/rollbacks": 0}
 
 
 def test_sigterm_checkpoints_exits_cleanly_and_rerun_resumes(tokenizer_path, tmp_path, reference):
