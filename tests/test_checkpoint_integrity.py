@@ -93,3 +93,18 @@ def test_checksums_do_not_depend_on_dtype_view_or_layout():
   assert integrity.mismatches({"x": x, "z": x}, sums) == ["z"]
   assert integrity.nonfinite_leaves({"i": np.array([1, 2]), "x": x}) == []
   assert integrity.nonfinite_leaves({"x": np.array([np.nan], np.float16)}) == ["x"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_every_step_corrupt_moves_all_aside_and_raises(tmp_path):
+  with CheckpointManager(tmp_path) as ckpt:
+    ckpt.save(1, _state(1))
+    ckpt.save(2, _state(2))
+  corrupt_step(str(tmp_path / "1"), "truncate")
+  corrupt_step(str(tmp_path / "2"), "flip")
+  with CheckpointManager(tmp_path) as ckpt:
+    with pytest.warns(UserWarning, match="falling back to nothing"):
+      with pytest.raises(CorruptCheckpointError, match="no readable checkpoint at or before"):
+        ckpt.restore(_abstract(_state(1)), fallback=True)
+    assert ckpt.all_steps() == [] and ckpt.latest_step() is None
+  assert sorted(os.listdir(tmp_path / "corrupt")) == ["1-unreadable", "2-checksum"]
