@@ -25,4 +25,10 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
                  eval_sets=(), eval_data_dir="")
   c.filtering = dict(enabled=False, max_rounds=2)
   c.rewards = dict(outcome_weight=1.0, format_weight=0.1, timeout_s=10.0, num_workers=1)
+  # Non-finite loss/gradients: skip the update; after max_nonfinite_steps such steps in a
+  # row roll back to the last good checkpoint; stop after max_rollbacks (docs/reliability.md).
+  c.guard = dict(max_nonfinite_steps=3, max_rollbacks=2)
+  # Fault injection for reliability tests (rl_post/training/faults.py); empty: none.
+  c.faults = dict(nonfinite_loss_at_steps=(), kill_at_steps=(), sigterm_at_steps=(),
+                  corrupt_checkpoint_at_steps=(), corruption="flip")
   return c

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from rl_post.checkpoint.manager import CheckpointManager
+from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data import batching, domain_stats, eval_sets
@@ -39,7 +39,10 @@ from rl_post.rl.config import GRPOConfig
 from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.training import state as state_lib
+from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
+from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.preemption import SigtermFlag
 from rl_post.training.run import RunContext, pretrained_params, setup_run
 from rl_post.training.step import jit_train_step
 
@@ -96,6 +99,8 @@ class _Components:
     self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
     self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
     self.filtering = from_section(filtering.FilterConfig, config.get("filtering"), "filtering")
+    self.guard = from_section(GuardConfig, config.get("guard"), "guard")
+    self.faults = from_section(FaultsConfig, config.get("faults"), "faults")
     divisor = ctx.batch_divisor()
     minibatch = rl.rollouts_per_step // rl.num_minibatches
     if minibatch % divisor:
@@ -187,30 +192,59 @@ def train(config, workdir: str) -> dict:
   """Runs (or resumes) GRPO; returns the final metrics."""
   c = _Components(config, workdir)
   ctx, rl = c.ctx, c.rl
-  init_params = _initial_params(ctx, rl)
-  state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
-                                       ctx.key("init"), params=init_params)
+
+  def fresh_state():
+    return state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
+                                        ctx.key("init"), params=_initial_params(ctx, rl))
+
+  state = fresh_state()
+  initial_mixture = c.mixture.state_dict()
   ref_params = None
   if rl.kl_coef > 0:  # frozen copy of the starting policy, optionally in bf16
     ref_params = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(rl.ref_dtype), p))(
         state.params)
-  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3)
-  start = 0
-  if checkpoints.latest_step() is not None:
+  fault_log = FaultLog(workdir)
+  injector = FaultInjector(c.faults, fault_log)
+  guard = NonFiniteGuard(c.guard, fault_log)
+  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3,
+                                  on_event=fault_log.record)
+
+  def restore_latest():
+    """(state, iteration) of the newest good checkpoint, or the initial state."""
+    if checkpoints.latest_step() is None:
+      c.mixture.load_state_dict(initial_mixture)
+      return fresh_state(), 0
     abstract = state_lib.abstract_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules)
-    state, extra = checkpoints.restore(abstract, fallback=True)
-    start = int(extra["rl_step"])
+    try:
+      restored, extra = checkpoints.restore(abstract, fallback=True)
+    except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
+      logging.warning("%s\nstarting again from the initial state", e)
+      c.mixture.load_state_dict(initial_mixture)
+      return fresh_state(), 0
     if "mixture" in extra:
       c.mixture.load_state_dict(extra["mixture"])
-    elif c.tasks.curriculum.enabled:
-      logging.warning("checkpoint has no mixture state: the curriculum restarts")
+    else:
+      c.mixture.load_state_dict(initial_mixture)
+      if c.tasks.curriculum.enabled:
+        logging.warning("checkpoint has no mixture state: the curriculum restarts")
+    return restored, int(extra["rl_step"])
+
+  def save(done: int):
+    checkpoints.save(done, state, extra={"rl_step": done, "mixture": c.mixture.state_dict()},
+                     force=True)
+
+  start = 0
+  if checkpoints.latest_step() is not None:
+    state, start = restore_latest()
     logging.info("resumed from iteration %d", start)
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = RewardPool(c.rewards, c.tasks.domain_options)
   timer = StepTimer()
   last_metrics = {}
+  preempt = SigtermFlag().__enter__()
+  it = start
   try:
-    for it in range(start, rl.num_steps):
+    while it < rl.num_steps:
       step_start = time.perf_counter()
       picked, scored, filter_metrics = filtering.collect(
           lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
@@ -221,6 +255,7 @@ def train(config, workdir: str) -> dict:
                                    scale=rl.advantage_scale)
       batch = dict(tokens=host.tokens_BxT, mask=host.loss_mask_BxT, old_logp=host.logp_BxT,
                    adv=np.asarray(adv))
+      batch = injector.poison(it + 1, batch, "adv")
       if ref_logp is not None:
         batch["ref_logp"] = np.asarray(ref_logp)
       with timer("train"):
@@ -230,6 +265,16 @@ def train(config, workdir: str) -> dict:
           step_metrics.append(m)
         step_metrics = jax.device_get(step_metrics)
       metrics = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
+      skipped = int(sum(m["guard/skipped"] for m in step_metrics))
+      if guard.observe(it + 1, skipped):
+        state, restored_at = restore_latest()
+        guard.rolled_back(it + 1, restored_at)
+        logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
+                        "iteration %d", it + 1, c.guard.max_nonfinite_steps, restored_at)
+        writer.truncate_after(restored_at)
+        timer.reset()
+        it = restored_at
+        continue
       metrics.update(_rollout_metrics(tasks_N, rewards, host, rl))
       metrics.update(filter_metrics)
       metrics.update(_update_mixture(c, scored))
@@ -243,6 +288,7 @@ def train(config, workdir: str) -> dict:
       if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
         with timer("eval"):
           metrics.update(_evaluate_heldout(c, state.params, done))
+      metrics.update(guard.metrics(), **fault_log.metrics())
       writer.write(done, metrics)
       logging.info("rl step %d: reward %.3f pass %.3f kl %s len %.1f (%.2fs)", done,
                    metrics["reward/mean"], np.mean([v for k, v in metrics.items()
@@ -250,11 +296,21 @@ def train(config, workdir: str) -> dict:
                    f"{metrics['kl']:.4f}" if "kl" in metrics else "-",
                    metrics["response_len/mean"], elapsed)
       if done % rl.checkpoint_every == 0 or done == rl.num_steps:
-        checkpoints.save(done, state, extra={"rl_step": done, "mixture": c.mixture.state_dict()},
-                         force=True)
+        save(done)
+        injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
       last_metrics = metrics
+      injector.after_step(done)
+      it = done
+      if preempt.requested and it < rl.num_steps:
+        if checkpoints.latest_step() != done:
+          save(done)
+        fault_log.record("sigterm_checkpointed", done)
+        logging.warning("SIGTERM: saved checkpoint at iteration %d; exiting", done)
+        break
   finally:
+    preempt.__exit__()
     checkpoints.close()
     writer.close()
     pool.close()
-  return {"state": state, "metrics": last_metrics, "context": ctx}
+  return {"state": state, "metrics": last_metrics, "context": ctx,
+          "preempted": it < rl.num_steps}
