@@ -5,13 +5,25 @@ A name is either a registered one ("arithmetic") or an import path
 also load inside the reward worker processes without registration code.
 """
 
+import functools
 import importlib
 from typing import Any, Callable, Mapping
 
+from rl_post.tasks import reasoning_gym
 from rl_post.tasks.arithmetic import Arithmetic
 from rl_post.tasks.base import Domain
+from rl_post.tasks.countdown import Countdown
+from rl_post.tasks.extraction import Extraction
+from rl_post.tasks.math import Math
+from rl_post.tasks.retrieval import Retrieval
 
 _FACTORIES: dict[str, Callable[..., Domain]] = {"arithmetic": Arithmetic}
+_FACTORIES["countdown"] = Countdown
+_FACTORIES["math"] = Math
+_FACTORIES["extraction"] = Extraction
+_FACTORIES["retrieval"] = Retrieval
+_FACTORIES.update({name: functools.partial(reasoning_gym.ReasoningGymDomain, name[len("rg/"):])
+                   for name in reasoning_gym.domain_names()})
 
 
 def register(name: str, factory: Callable[..., Domain]):
