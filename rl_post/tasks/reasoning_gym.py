@@ -54,8 +54,10 @@ REFERENCE_KEYS = ("possible_answer", "example_answer")  # where a None answer's 
 FORMAT = ("\n\nThink in <think> </think> tags, then give only the final answer in "
           "<answer> </answer> tags.")
 MIN_ANSWER_CAP = 2048
-_SIZE = 2 ** 31 - 1  # datasets are virtual: item i is generated from seed + i
-SIZES = {"acre": 500}  # the one generator that builds all its items up front
+# Item i of a dataset is generated from seed + i, but a few generators draw
+# per-item state up front (gsm_symbolic, acre) or cap the size (word_ladder).
+_SIZE = 100_000
+SIZES = {"acre": 500, "word_ladder": 20_000}
 _GENERATE_TRIES = 5
 
 
