@@ -20,5 +20,7 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
                  mlp_dim=384, tie_embeddings=True, qkv_bias=False, attention_impl="auto")
   c.tasks = dict(domains=("arithmetic",), weights=(1.0,), difficulties=(1, 2, 3, 4),
                  domain_options=dict(arithmetic=dict(max_difficulty=5)), heldout_size=512)
-  c.rewards = dict(outcome_weight=1.0, format_weight=0.1, timeout_s=10.0, num_workers=1)
+  c.rewards = dict(weights=dict(default=dict(outcome=1.0, format=0.1)), timeout_s=30.0,
+                   num_workers=1,
+                   sandbox=dict(isolation="strict", num_workers=2, timeout_s=10.0))
   return c

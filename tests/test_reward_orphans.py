@@ -1,0 +1,46 @@
+"""kill -9 of the trainer leaves no reward worker behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+TRAINER = textwrap.dedent("""
+    import sys
+    from rl_fixtures import FAULTY_DOMAIN
+    from rl_post.rewards.pool import RewardPool
+    from rl_post.rewards.scoring import RewardConfig
+    from rl_post.tasks.base import Task
+
+    pool = RewardPool(RewardConfig(num_workers=2, timeout_s=600))
+    # one worker idle, one inside a verifier that sleeps for 600 s
+    pending = pool.submit([Task("0", FAULTY_DOMAIN, "p", 1, "hang")], ["1"])
+    print(" ".join(map(str, pool.worker_pids())), flush=True)
+    pending.result()
+""")
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      return "State:\tZ" not in f.read()  # a zombie has exited
+  except FileNotFoundError:
+    return False
+
+
+def test_workers_die_with_a_killed_trainer():
+  tests_dir = os.path.dirname(os.path.abspath(__file__))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests_dir] + sys.path))
+  trainer = subprocess.Popen([sys.executable, "-c", TRAINER], stdout=subprocess.PIPE, env=env,
+                             text=True)
+  pids = [int(p) for p in trainer.stdout.readline().split()]
+  assert len(pids) == 2 and all(_alive(p) for p in pids)
+  time.sleep(1.0)  # let one worker enter the hanging verifier
+  os.kill(trainer.pid, signal.SIGKILL)
+  trainer.wait()
+  deadline = time.monotonic() + 20
+  while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not any(_alive(p) for p in pids)
