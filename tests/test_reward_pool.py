@@ -1,5 +1,7 @@
 """The reward pool under faulty verifiers: crashes, hangs, bad verdicts, eval."""
 
+import glob
+import os
 import time
 
 import jax
@@ -71,6 +73,8 @@ def test_batch_domain_gets_the_shared_sandbox_and_weights():
                                  BATCH_DOMAIN: {"efficiency": 0.2, "process": 0.5}})
   with RewardPool(config) as p:
     batch = p.score(_tasks(3, BATCH_DOMAIN), ["print(1)", "print(2)", "while True: pass"])
+    assert glob.glob(os.path.join(p.tmp_root, "worker_*", "rl_post_sandbox_host_*"))
+  assert not os.path.exists(p.tmp_root)  # the sandbox was closed, its files removed
   assert batch.errors == 0 and batch.correct_N.tolist() == [True, False, False]
   # outcome + 0.1 format + 0.2 x 0.5 efficiency + 0.5 x 1.0 process
   np.testing.assert_allclose(batch.rewards_N, [1.7, 0.7, 0.7], rtol=1e-6)
@@ -100,3 +104,9 @@ def test_evaluation_scores_through_the_pool(pool):
                               "invalid_verdict": 1}
   assert not result["correct"][[0, 1, 3]].any()
   assert eval_metrics(result)["eval/errors/crash"] == 1.0
+
+
+def test_workers_that_cannot_start_fail_loudly(monkeypatch):
+  monkeypatch.setattr("sys.executable", "/bin/false")
+  with pytest.raises(RuntimeError, match="reward workers fail to start"):
+    RewardPool(RewardConfig(num_workers=2))

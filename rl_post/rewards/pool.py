@@ -23,9 +23,11 @@ import collections
 import dataclasses
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import weakref
 from typing import Sequence
@@ -58,10 +60,12 @@ class _Job:
 class _Worker:
   """One worker process and its queue of jobs (the first is in progress)."""
 
-  def __init__(self, env: dict, sandbox_config):
+  def __init__(self, env: dict, sandbox_config, tmp_root: str):
+    self.tmp = tempfile.mkdtemp(prefix="worker_", dir=tmp_root)  # its sandbox's files
+    os.chmod(self.tmp, 0o755)  # the sandbox's unprivileged user reads its code there
     self.proc = subprocess.Popen([sys.executable, "-m", "rl_post.rewards.worker"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                 start_new_session=True)
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 env=dict(env, TMPDIR=self.tmp), start_new_session=True)
     self.out_fd, self.in_fd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
     os.set_blocking(self.out_fd, False)
     os.set_blocking(self.in_fd, False)
@@ -91,14 +95,21 @@ class _Worker:
       pass
     return worker_lib.decode_frames(self.inbox), eof
 
-  def kill(self):
+  def kill(self, grace_s: float = 0.0):
+    """Ends the worker: after `grace_s` for a clean exit (closing its pipe
+    asks it to stop), else at once; then removes its temporary files."""
     try:
-      os.killpg(self.proc.pid, signal.SIGKILL)  # also its sandbox's processes
+      self.proc.stdin.close()
+      self.proc.wait(grace_s)
+    except (OSError, subprocess.TimeoutExpired):
+      pass
+    try:
+      os.killpg(self.proc.pid, signal.SIGKILL)  # also any children in its group
     except (ProcessLookupError, PermissionError):
       pass
     self.proc.wait()
-    self.proc.stdin.close()
     self.proc.stdout.close()
+    shutil.rmtree(self.tmp, ignore_errors=True)
 
   def pending_items(self) -> int:
     return sum(len(j.indices) for j in self.jobs)
@@ -130,10 +141,13 @@ class RewardPool:
     self._next_job = 0
     self._workers: list[_Worker] = []
     self._local = None
+    self.tmp_root = None
     if self.config.num_workers == 0:
       self._local = LocalVerifier(self.config.sandbox_config())
       return
     self._env = _worker_env()
+    self.tmp_root = tempfile.mkdtemp(prefix="rl_post_rewards_")
+    os.chmod(self.tmp_root, 0o755)
     _LIVE.add(self)
     try:
       self._workers = [self._spawn() for _ in range(self.config.num_workers)]
@@ -170,10 +184,16 @@ class RewardPool:
     return [w.proc.pid for w in self._workers or ()]
 
   def close(self):
+    """Stops the workers (each closes its sandbox) and removes their files."""
     if self._local is not None:
       self._local.close()
     for w in self._workers or ():
-      w.kill()
+      w.proc.stdin.close()  # all stop at once; then each gets what is left of 5 s
+    deadline = time.monotonic() + 5.0
+    for w in self._workers or ():
+      w.kill(grace_s=max(deadline - time.monotonic(), 0.0))
+    if self.tmp_root:
+      shutil.rmtree(self.tmp_root, ignore_errors=True)
     self._workers = None
 
   def __enter__(self):
@@ -184,7 +204,7 @@ class RewardPool:
 
   # -- scheduling ---------------------------------------------------------
   def _spawn(self) -> _Worker:
-    return _Worker(self._env, self.config.sandbox_config())
+    return _Worker(self._env, self.config.sandbox_config(), self.tmp_root)
 
   def _assign(self, job: _Job, worker: _Worker | None = None):
     worker = worker or min(self._workers, key=_Worker.pending_items)

@@ -62,13 +62,27 @@ def _die_with_parent(parent_pid: int):
     os._exit(1)
 
 
+_VERIFIERS = []  # the LocalVerifier, once built, so shutdown can close its sandbox
+
+
+def _shutdown():
+  """Closes the sandbox (its temporary files) within 5 s, then exits."""
+  threading.Timer(5.0, os._exit, (0,)).start()
+  for verifier in _VERIFIERS:
+    try:
+      verifier.close()
+    except Exception:  # exiting anyway; the pool removes the worker's TMPDIR
+      pass
+  os._exit(0)
+
+
 def _read_requests(fd: int, requests: queue.Queue):
-  """Watchdog and reader: end of the pipe means the parent is gone."""
+  """Watchdog and reader: end of the pipe means the pool closed or died."""
   buffer = bytearray()
   while True:
     chunk = os.read(fd, 1 << 20)
     if not chunk:
-      os._exit(0)
+      _shutdown()
     buffer += chunk
     for message in decode_frames(buffer):
       requests.put(message)
@@ -90,6 +104,7 @@ def _serve(requests: queue.Queue, out_fd: int):
   from rl_post.rewards.local import LocalVerifier
   _, sandbox_config = requests.get()
   verifier = LocalVerifier(sandbox_config)
+  _VERIFIERS.append(verifier)
   _send(out_fd, ("ready", os.getpid()))
   while True:
     _, job_id, name, options, tasks, completions = requests.get()
