@@ -110,3 +110,14 @@ def test_workers_that_cannot_start_fail_loudly(monkeypatch):
   monkeypatch.setattr("sys.executable", "/bin/false")
   with pytest.raises(RuntimeError, match="reward workers fail to start"):
     RewardPool(RewardConfig(num_workers=2))
+
+
+
+def test_a_job_the_worker_cannot_read_is_counted_not_retried(pool, tmp_path, monkeypatch):
+  (tmp_path / "only_in_the_trainer.py").write_text("class Meta:\n  pass\n")
+  monkeypatch.syspath_prepend(str(tmp_path))  # after the workers started: not on their path
+  import only_in_the_trainer
+  tasks = [Task("0", FAULTY_DOMAIN, "p", 1, None, {"x": only_in_the_trainer.Meta()})]
+  batch = pool.score(tasks + _tasks(2), ["1", "2", "3"])
+  assert batch.error_kinds == ["verifier_error", None, None] and batch.correct_N[1:].all()
+  assert "ModuleNotFoundError" in batch.verdicts[0].error

@@ -259,6 +259,11 @@ class RewardPool:
       w.ready, self._startup_failures = True, 0
       return
     job = w.jobs[0]
+    if kind == "bad_job":  # its items cannot be verified anywhere: counted, not retried
+      for i in job.indices:
+        job.pending.put(i, verdicts_lib.failure("verifier_error", message[1]))
+      w.jobs.popleft()
+      return
     if message[1] != job.job_id:
       raise RuntimeError(f"reward worker protocol error: {message[:2]} while on job {job.job_id}")
     if kind == "start":

@@ -9,6 +9,7 @@ fd 1 is pointed at stderr so verifier prints cannot corrupt it):
                   ("result", job_id, offset, [raw result dict] * count,
                    (offset, count) of the unit that starts now, or None)
                   ("done", job_id)
+                  ("bad_job", detail)   the oldest job could not be unpickled
 Each job opens with a unit over all its items that covers building the
 domain (once per worker; later jobs find it cached).
 
@@ -36,16 +37,21 @@ def encode(message) -> bytes:
   return _HEADER.pack(len(payload)) + payload
 
 
-def decode_frames(buffer: bytearray) -> list:
-  """Removes every complete frame from `buffer`; returns the messages."""
+def split_frames(buffer: bytearray) -> list[bytes]:
+  """Removes every complete frame from `buffer`; returns their payloads."""
   out = []
   while len(buffer) >= _HEADER.size:
     (size,) = _HEADER.unpack_from(buffer)
     if len(buffer) < _HEADER.size + size:
       break
-    out.append(pickle.loads(bytes(buffer[_HEADER.size:_HEADER.size + size])))
+    out.append(bytes(buffer[_HEADER.size:_HEADER.size + size]))
     del buffer[:_HEADER.size + size]
   return out
+
+
+def decode_frames(buffer: bytearray) -> list:
+  """Removes every complete frame from `buffer`; returns the messages."""
+  return [pickle.loads(payload) for payload in split_frames(buffer)]
 
 
 def _write_all(fd: int, data: bytes):
@@ -77,15 +83,22 @@ def _shutdown():
 
 
 def _read_requests(fd: int, requests: queue.Queue):
-  """Watchdog and reader: end of the pipe means the pool closed or died."""
-  buffer = bytearray()
-  while True:
-    chunk = os.read(fd, 1 << 20)
-    if not chunk:
-      _shutdown()
-    buffer += chunk
-    for message in decode_frames(buffer):
-      requests.put(message)
+  """Watchdog and reader: end of the pipe means the pool closed or died.
+
+  Only splits frames: unpickling (which may import modules) happens in the
+  main thread, so the two threads never race on imports.
+  """
+  try:
+    buffer = bytearray()
+    while chunk := os.read(fd, 1 << 20):
+      buffer += chunk
+      for payload in split_frames(buffer):
+        requests.put(payload)
+  except BaseException:  # a dead reader would leave the worker deaf: exit, be replaced
+    import traceback
+    traceback.print_exc()
+    os._exit(1)
+  _shutdown()
 
 
 def _send(fd: int, message):
@@ -102,12 +115,16 @@ def _send(fd: int, message):
 def _serve(requests: queue.Queue, out_fd: int):
   from rl_post.rewards import verdicts as verdicts_lib
   from rl_post.rewards.local import LocalVerifier
-  _, sandbox_config = requests.get()
+  _, sandbox_config = pickle.loads(requests.get())
   verifier = LocalVerifier(sandbox_config)
   _VERIFIERS.append(verifier)
   _send(out_fd, ("ready", os.getpid()))
   while True:
-    _, job_id, name, options, tasks, completions = requests.get()
+    try:
+      _, job_id, name, options, tasks, completions = pickle.loads(requests.get())
+    except Exception as e:  # e.g. task metadata of a type this process cannot import
+      _send(out_fd, ("bad_job", f"cannot read the job here: {type(e).__name__}: {e}"))
+      continue
     n = len(tasks)
     _send(out_fd, ("start", job_id, 0, n))
     try:
