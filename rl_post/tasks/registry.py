@@ -10,8 +10,13 @@ from typing import Any, Callable, Mapping
 
 from rl_post.tasks.arithmetic import Arithmetic
 from rl_post.tasks.base import Domain
+from rl_post.tasks.code import Code  # sandbox-executed domains
+from rl_post.tasks.humaneval import HumanEval
+from rl_post.tasks.shell import Shell
+from rl_post.tasks.sql import Sql
 
 _FACTORIES: dict[str, Callable[..., Domain]] = {"arithmetic": Arithmetic}
+_FACTORIES.update({d.name: d for d in (Code, HumanEval, Shell, Sql)})  # sandbox-executed domains
 
 
 def register(name: str, factory: Callable[..., Domain]):
