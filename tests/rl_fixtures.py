@@ -59,14 +59,25 @@ class FaultyVerifier(ContainsDigit):
   ContainsDigit.
 
   Each instance counts how often its class was built in this process and
-  reports "<pid>:<builds>" as the answer.
+  reports "<pid>:<builds>" as the answer. With `faults` (option), generated
+  task i has target faults[i % len(faults)] (None = no fault), so a
+  training run's verifier mix fails on schedule whatever the model writes.
   """
 
   name = FAULTY_DOMAIN
   builds = 0
 
-  def __init__(self):
+  def __init__(self, faults=()):
     FaultyVerifier.builds += 1
+    self.faults = tuple(faults)
+
+  def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
+    task = super().generate(rng, difficulty)
+    if not self.faults:
+      return task
+    i = int(rng.integers(0, 1 << 30))
+    return Task(f"faulty/{i}", self.name, task.prompt, difficulty,
+                self.faults[i % len(self.faults)])
 
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     import ctypes

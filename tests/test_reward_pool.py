@@ -121,3 +121,13 @@ def test_a_job_the_worker_cannot_read_is_counted_not_retried(pool, tmp_path, mon
   batch = pool.score(tasks + _tasks(2), ["1", "2", "3"])
   assert batch.error_kinds == ["verifier_error", None, None] and batch.correct_N[1:].all()
   assert "ModuleNotFoundError" in batch.verdicts[0].error
+
+
+def test_faulty_domain_generates_its_fault_schedule(pool):
+  from rl_post.tasks import registry
+  domain = registry.make_domain(FAULTY_DOMAIN, {"faults": ["raise", None]})
+  rng = np.random.default_rng(0)
+  tasks = [domain.generate(rng, 1) for _ in range(8)]
+  assert {t.target for t in tasks} == {"raise", None}
+  batch = pool.score(tasks, ["1"] * 8)
+  assert batch.error_kinds == ["verifier_error" if t.target else None for t in tasks]
