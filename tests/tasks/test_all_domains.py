@@ -89,3 +89,25 @@ def test_wrong_malformed_truncated_and_hostile_answers_score_below_one(name, req
     else:
       assert verdict.score < 1, (kind, verdict)
     assert elapsed < (SANDBOX_SECONDS if sandbox else PROMPT_SECONDS), (kind, elapsed)
+
+
+def test_every_text_domain_runs_from_one_mixture_config():
+  """One TaskConfig naming every text and rg/* domain: each keeps its own level list,
+  a batch draws across them, and every drawn task's demonstration verifies."""
+  from rl_post.data.mixture import TaskConfig, TaskMixture
+  names = tuple(n for n in DOMAINS if not isinstance(_domain_and_task(n)[0], SandboxedDomain))
+  mixture = TaskMixture(TaskConfig(domains=names, floors=(0.5 / len(names),), heldout_size=0,
+                                   curriculum={"enabled": True}), seed=0)
+  assert all(mixture.levels[n] == mixture.domains[n].difficulty_levels for n in names)
+  batch = mixture.sample(step=0, n=len(names))
+  assert len({t.domain for t in batch}) > len(names) // 2
+  for task in batch:
+    domain = mixture.domain_of(task)
+    assert domain.verify(task, domain.demonstration(task)).correct, task.task_id
+
+
+@pytest.mark.parametrize("name", DOMAINS)
+def test_tasks_survive_the_eval_set_encoding(name):
+  from rl_post.data import eval_sets
+  _, task = _domain_and_task(name)
+  assert eval_sets.decode_record(eval_sets.encode_task(task)) == task
