@@ -47,13 +47,13 @@ def test_generator_is_deterministic_and_levels_are_exposed(name):
 
 
 @pytest.mark.parametrize("name", DOMAINS)
-def test_demonstration_scores_one_also_through_our_tokenizer(name, tokenizer):
+def test_demonstration_scores_one_also_through_our_tokenizer(name, tokenizer, sb):
   domain, task = _domain_and_task(name)
   demo = domain.demonstration(task)
-  verdict = domain.verify(task, demo)
+  verdict = domain.verify(task, demo, sandbox=sb)  # the sandbox-executed domains run in `sb`
   assert verdict.correct and verdict.format_ok, verdict
   decoded = tokenizer.decode(tokenizer.encode(demo))
-  assert domain.verify(task, decoded).correct, decoded[-300:]
+  assert domain.verify(task, decoded, sandbox=sb).correct, decoded[-300:]
   for template in (chat_template.PLAIN, chat_template.CHATML):
     rendered = chat_template.render(template, [{"role": "user", "content": task.prompt}])
     assert task.prompt in rendered
@@ -62,7 +62,7 @@ def test_demonstration_scores_one_also_through_our_tokenizer(name, tokenizer):
 
 
 @pytest.mark.parametrize("name", DOMAINS)
-def test_wrong_malformed_truncated_and_hostile_answers_score_below_one(name):
+def test_wrong_malformed_truncated_and_hostile_answers_score_below_one(name, sb):
   domain, task = _domain_and_task(name)
   demo = domain.demonstration(task)
   answers = {"wrong": "<think>w</think>\n<answer>qwerty zxcv</answer>",
@@ -72,7 +72,10 @@ def test_wrong_malformed_truncated_and_hostile_answers_score_below_one(name):
   answers.update({f"hostile {i}": text for i, text in enumerate(HOSTILE)})
   for kind, text in answers.items():
     start = time.perf_counter()
-    verdict = domain.verify(task, text)
+    verdict = domain.verify(task, text, sandbox=sb)
     elapsed = time.perf_counter() - start
-    assert verdict.score < 1, (kind, verdict)
-    assert elapsed < PROMPT_SECONDS, (kind, elapsed)
+    # Domains that also read a bare or unclosed answer (code, scripts) may give it full outcome
+    # credit, but never the format bit.
+    assert verdict.score < 1 or (kind in ("no tags", "truncated") and not verdict.format_ok), (kind, verdict)
+    # Executed answers may use their domain's whole per-task budget, no more.
+    assert elapsed < PROMPT_SECONDS + getattr(domain, "timeout_s", 0.0), (kind, elapsed)
