@@ -157,3 +157,16 @@ def test_training_and_its_eval_survive_a_faulty_verifier_mix(tokenizer_path, tmp
   assert all(np.isfinite(r["reward/mean"]) and np.isfinite(r["loss"]) for r in rows)
   with CheckpointManager(str(tmp_path / "checkpoints")) as checkpoints:
     assert checkpoints.latest_step() == 2
+
+
+def test_sandboxed_domains_grade_through_the_workers_shared_sandbox(pool):
+  from rl_post.tasks import registry
+  tasks, texts = [], []
+  for name in ("code", "sql", "shell", "countdown", "math"):
+    domain = registry.make_domain(name)
+    task = domain.generate(np.random.default_rng(0), domain.difficulty_levels[0])
+    tasks += [task, task]
+    texts += [domain.demonstration(task), "<think>x</think><answer>nope</answer>"]
+  batch = pool.score(tasks, texts)  # the pool's default sandbox: strict isolation
+  assert batch.errors == 0 and batch.correct_N.tolist() == [True, False] * 5
+  assert batch.components["tests_passed"][0] == 1.0  # a domain's own component, logged
