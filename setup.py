@@ -18,6 +18,8 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "tensorboardX>=2.6",
     "matplotlib>=3.8",
+    "math-verify==0.9.0",  # the math domain's answer checker
+    "reasoning-gym==0.1.25",  # the rg/<generator> domains
     "tokenizers==0.23.3",
     "gguf==0.19.0",
     "jinja2>=3.1",

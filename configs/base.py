@@ -24,7 +24,9 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
                  curriculum=dict(enabled=False, low=0.2, high=0.8, window=64, width=2, start=0),
                  eval_sets=(), eval_data_dir="")
   c.filtering = dict(enabled=False, max_rounds=2)
-  c.rewards = dict(outcome_weight=1.0, format_weight=0.1, timeout_s=10.0, num_workers=1)
+  c.rewards = dict(weights=dict(default=dict(outcome=1.0, format=0.1)), timeout_s=30.0,
+                   num_workers=1,
+                   sandbox=dict(isolation="strict", num_workers=2, timeout_s=10.0))
   # Non-finite loss/gradients: skip the update; after max_nonfinite_steps such steps in a
   # row roll back to the last good checkpoint; stop after max_rollbacks (docs/reliability.md).
   c.guard = dict(max_nonfinite_steps=3, max_rollbacks=2)

@@ -136,3 +136,11 @@ def test_missing_tokenizer_is_named(saved, tmp_path):
   config.tokenizer.path = str(tmp_path / "missing.model")
   with pytest.raises(MissingInputError, match="tokenizer.path=.*does not exist"):
     checkpoint_eval.evaluate_checkpoint(config, export, checkpoint_eval.EvalSettings())
+
+
+def test_unbuilt_eval_set_is_named(tmp_path):
+  config = grpo_arithmetic.get_config("tiny")
+  config.tasks.eval_sets = ("arithmetic",)
+  config.tasks.eval_data_dir = str(tmp_path)
+  with pytest.raises(MissingInputError, match="tasks.eval_data_dir=.*is not built"):
+    checkpoint_eval.heldout_tasks(config)

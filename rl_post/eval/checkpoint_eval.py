@@ -8,7 +8,8 @@ A checkpoint is any of: an exported params folder (`export/` of an SFT run,
 with model_config.json), a training workdir (its newest `checkpoints/`
 step, with the workdir's config.json), a HF safetensors folder or a .gguf
 file. The held-out tasks come from `config.tasks` and `config.seed` (the
-same set the trainers hold out), so two checkpoints evaluated with one
+same set the trainers hold out: the fixed eval sets of `tasks.eval_sets`,
+else drawn from the held-out stream), so two checkpoints evaluated with one
 config are scored on the same problems, in the same order.
 
 Two decodings: greedy (one response per problem: completion rate) and
@@ -30,7 +31,8 @@ from rl_post.checkpoint.manager import CheckpointManager
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data.hf_tokenizer import load_tokenizer
-from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.data import eval_sets
+from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.eval import completion, report, stats
 from rl_post.models import pretrained
@@ -140,8 +142,11 @@ def load_checkpoint(path: str, config, tokenizer, mesh, rules):
 
 
 def heldout_tasks(config: ml_collections.ConfigDict):
-  tasks = TaskMixture(from_section(TaskConfig, config.get("tasks"), "tasks"),
-                      int(config.seed)).heldout
+  task_config = from_section(TaskConfig, config.get("tasks"), "tasks")
+  try:
+    tasks = eval_sets.make_mixture(task_config, int(config.seed)).heldout
+  except FileNotFoundError as e:
+    raise MissingInputError("tasks.eval_data_dir", task_config.eval_data_dir, str(e)) from None
   if not tasks:
     raise ConfigError("tasks.heldout_size", config.tasks.get("heldout_size"),
                       "must be > 0 to evaluate")

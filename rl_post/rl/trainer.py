@@ -33,7 +33,7 @@ from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
-from rl_post.rewards.scoring import RewardConfig
+from rl_post.rewards.scoring import RewardConfig, reward_metrics
 from rl_post.rl import algos, filtering
 from rl_post.rl.config import GRPOConfig
 from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step
@@ -73,18 +73,16 @@ def _rollout_metrics(tasks_N, reward_batch, rollout, rl: GRPOConfig) -> dict:
   groups = rewards.reshape(-1, rl.num_generations)
   metrics = {
       "reward/mean": rewards.mean(), "reward/std": rewards.std(),
-      "reward/errors": reward_batch.errors,
-      "reward/timeout_frac": float(np.mean([v.error == "timeout" for v in reward_batch.verdicts])),
       "groups/zero_std_frac": float((groups.std(axis=1) == 0).mean()),
       "response_len/mean": rollout.response_lens_B.mean(),
       "response_len/max": rollout.response_lens_B.max(),
       "response/truncated_frac": 1.0 - rollout.finished_B.mean(),
   }
+  metrics.update(reward_metrics(tasks_N, reward_batch))  # reward/<domain>/<component>, errors
   domains = np.array([t.domain for t in tasks_N])
   for domain in sorted(set(domains.tolist())):
     sel = domains == domain
-    metrics[f"reward/{domain}/mean"] = rewards[sel].mean()
-    metrics[f"pass_rate/{domain}"] = reward_batch.components["outcome"][sel].mean()
+    metrics[f"pass_rate/{domain}"] = reward_batch.correct_N[sel].mean()
     metrics[f"format_rate/{domain}"] = reward_batch.components["format"][sel].mean()
   return metrics
 
@@ -127,7 +125,7 @@ class _Components:
     return sharding.shard_batch(tree, self.ctx.mesh, self.ctx.rules)
 
 
-def _evaluate_heldout(c: _Components, params, step: int) -> dict:
+def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> dict:
   """Held-out completion rate, greedy and sampled at the training temperature."""
   if not c.mixture.heldout:
     return {}
@@ -137,7 +135,7 @@ def _evaluate_heldout(c: _Components, params, step: int) -> dict:
                       sampling=sampling, max_prompt_len=c.rl.max_prompt_len,
                       batch_size=c.rl.rollouts_per_step,
                       rng=jax.random.fold_in(c.ctx.key("eval"), step), shard=c.shard,
-                      domain_options=c.tasks.domain_options)
+                      reward_pool=pool)
     metrics.update(eval_metrics(result, prefix))
   return metrics
 
@@ -287,7 +285,7 @@ def train(config, workdir: str) -> dict:
       done = it + 1
       if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
         with timer("eval"):
-          metrics.update(_evaluate_heldout(c, state.params, done))
+          metrics.update(_evaluate_heldout(c, state.params, done, pool))
       metrics.update(guard.metrics(), **fault_log.metrics())
       writer.write(done, metrics)
       logging.info("rl step %d: reward %.3f pass %.3f kl %s len %.1f (%.2fs)", done,

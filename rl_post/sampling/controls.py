@@ -138,6 +138,30 @@ def row_uniforms(seeds_B, positions_B):
   return jax.vmap(one)(seeds_B, positions_B)
 
 
+def inverse_cdf(probs_BxV, u_B, block: int = 128):
+  """The first token whose cumulative mass reaches u * total (u in (0, 1]).
+
+  Two levels (block sums, then one block), so the scans are over
+  ~sqrt(V) entries instead of V. Zero-mass tokens are never chosen: a
+  block or token is picked only where the cumulative sum grows.
+  """
+  batch, vocab = probs_BxV.shape
+  block = min(block, vocab)
+  num_blocks = -(-vocab // block)
+  padded = jnp.pad(probs_BxV, ((0, 0), (0, num_blocks * block - vocab)))
+  probs_BxNxC = padded.reshape(batch, num_blocks, block)
+  mass_BxN = probs_BxNxC.sum(axis=-1)
+  cdf_BxN = jnp.cumsum(mass_BxN, axis=-1)
+  target_B = u_B * cdf_BxN[:, -1]
+  blk_B = jnp.minimum(jnp.sum(cdf_BxN < target_B[:, None], axis=-1), num_blocks - 1)
+  rows_B = jnp.arange(batch)
+  inner_BxC = probs_BxNxC[rows_B, blk_B]
+  before_B = cdf_BxN[rows_B, blk_B] - mass_BxN[rows_B, blk_B]
+  idx_B = jnp.sum(before_B[:, None] + jnp.cumsum(inner_BxC, axis=-1) < target_B[:, None], -1)
+  last_nonzero_B = block - 1 - jnp.argmax((inner_BxC > 0)[:, ::-1], axis=-1)
+  return (blk_B * block + jnp.minimum(idx_B, last_nonzero_B)).astype(jnp.int32)
+
+
 def choose(logits_BxV, seeds_B, positions_B, config: SamplingConfig):
   """Draws one token per row: (token_B, logp_B, trunc_logz_B).
 
@@ -151,10 +175,7 @@ def choose(logits_BxV, seeds_B, positions_B, config: SamplingConfig):
     logz_B = jnp.zeros(token_B.shape, jnp.float32)
   else:
     probs_BxV = jnp.where(keep_BxV, jnp.exp(logp_BxV), 0.0)
-    cdf_BxV = jnp.cumsum(probs_BxV, axis=-1)
-    target_Bx1 = (row_uniforms(seeds_B, positions_B) * cdf_BxV[:, -1])[:, None]
-    token_B = jnp.sum(cdf_BxV < target_Bx1, axis=-1).astype(jnp.int32)
-    token_B = jnp.minimum(token_B, logits_BxV.shape[-1] - 1)
+    token_B = inverse_cdf(probs_BxV, row_uniforms(seeds_B, positions_B))
     logz_B = jax.nn.logsumexp(jnp.where(keep_BxV, logp_BxV, -jnp.inf), axis=-1)
   logp_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
   return token_B, logp_B, logz_B
