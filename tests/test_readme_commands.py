@@ -46,6 +46,9 @@ _MESH = ("launch/local.sh --devices=8 experiments/train_rl.py "
 _RING = ("launch/local.sh --devices=8 experiments/train_rl.py "
          "--config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/grpo_cp "
          "--config.mesh.data=2 --config.mesh.context=4")
+_CHAOS = ("launch/local.sh --restart_on_failure=2 experiments/train_rl.py "
+          "--config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/grpo_chaos "
+          "--config.faults.corrupt_checkpoint_at_steps=(2,) --config.faults.kill_at_steps=(3,)")
 
 COMMANDS = {
     "bash launch/demo.sh": Entry(
@@ -95,6 +98,14 @@ COMMANDS = {
               "--config.mesh.data=2", "--config.mesh.context=4",
               f"--config.tokenizer.path={TOK}", "--config.rl.num_steps=2"),
         outputs=("grpo_cp/metrics.jsonl",),
+        after=(_BUILD_TOKENIZER,)),
+    _CHAOS: Entry(
+        argv=("launch/local.sh", "--restart_on_failure=2", "experiments/train_rl.py",
+              "--config=configs/grpo_arithmetic.py:tiny", "--workdir={work}/grpo_chaos",
+              "--config.faults.corrupt_checkpoint_at_steps=(2,)",
+              "--config.faults.kill_at_steps=(3,)", f"--config.tokenizer.path={TOK}"),
+        outputs=("grpo_chaos/restarts.jsonl", "grpo_chaos/faults.jsonl",
+                 "grpo_chaos/metrics.jsonl"),
         after=(_BUILD_TOKENIZER,)),
 }
 
