@@ -6,9 +6,12 @@ One iteration, as data (N = B prompts x G generations):
   reward pool (worker processes) -> rewards [N]                (overlaps ref logp)
   group_advantages              -> adv [N]
   train_step x epochs x minibatches                            (jitted, donated)
-Checkpoints hold the TrainState and the iteration count; task batches and
-sampling keys are functions of (seed, iteration), so a resumed run repeats
-exactly what an uninterrupted one would have done.
+With dynamic filtering (`filtering.enabled`), further rounds of B prompts
+are drawn until B groups with unequal rewards are in hand (rl/filtering.py).
+Checkpoints hold the TrainState, the iteration count and the mixture's
+curriculum state; task batches and sampling keys are functions of (seed,
+iteration, round) and that state, so a resumed run repeats exactly what an
+uninterrupted one would have done.
 """
 
 import os
@@ -18,24 +21,28 @@ import jax
 import numpy as np
 from absl import logging
 
-from rl_post.checkpoint.manager import CheckpointManager
+from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
-from rl_post.data import batching
-from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.data import batching, domain_stats, eval_sets
+from rl_post.data.mixture import TaskConfig
+from rl_post.errors import MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
-from rl_post.rewards.scoring import RewardConfig
-from rl_post.rl import algos
+from rl_post.rewards.scoring import RewardConfig, reward_metrics
+from rl_post.rl import algos, filtering
 from rl_post.rl.config import GRPOConfig
 from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.training import state as state_lib
+from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
+from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.preemption import SigtermFlag
 from rl_post.training.run import RunContext, pretrained_params, setup_run
 from rl_post.training.step import jit_train_step
 
@@ -44,7 +51,14 @@ def _initial_params(ctx: RunContext, rl: GRPOConfig):
   """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init)."""
   if not rl.init_from:
     return pretrained_params(ctx)
-  stored = load_model_config(rl.init_from)
+  if not os.path.isdir(rl.init_from):
+    raise MissingInputError("rl.init_from", rl.init_from,
+                            "is not a directory; point it at the export/ folder of a finished "
+                            "SFT run")
+  try:
+    stored = load_model_config(rl.init_from)
+  except FileNotFoundError as e:
+    raise MissingInputError("rl.init_from", rl.init_from, str(e)) from None
   if stored != ctx.model_config:
     diff = {k: (v, getattr(ctx.model_config, k)) for k, v in stored.to_dict().items()
             if getattr(ctx.model_config, k) != v}
@@ -59,18 +73,16 @@ def _rollout_metrics(tasks_N, reward_batch, rollout, rl: GRPOConfig) -> dict:
   groups = rewards.reshape(-1, rl.num_generations)
   metrics = {
       "reward/mean": rewards.mean(), "reward/std": rewards.std(),
-      "reward/errors": reward_batch.errors,
-      "reward/timeout_frac": float(np.mean([v.error == "timeout" for v in reward_batch.verdicts])),
       "groups/zero_std_frac": float((groups.std(axis=1) == 0).mean()),
       "response_len/mean": rollout.response_lens_B.mean(),
       "response_len/max": rollout.response_lens_B.max(),
       "response/truncated_frac": 1.0 - rollout.finished_B.mean(),
   }
+  metrics.update(reward_metrics(tasks_N, reward_batch))  # reward/<domain>/<component>, errors
   domains = np.array([t.domain for t in tasks_N])
   for domain in sorted(set(domains.tolist())):
     sel = domains == domain
-    metrics[f"reward/{domain}/mean"] = rewards[sel].mean()
-    metrics[f"pass_rate/{domain}"] = reward_batch.components["outcome"][sel].mean()
+    metrics[f"pass_rate/{domain}"] = reward_batch.correct_N[sel].mean()
     metrics[f"format_rate/{domain}"] = reward_batch.components["format"][sel].mean()
   return metrics
 
@@ -84,6 +96,9 @@ class _Components:
     self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
     self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
     self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
+    self.filtering = from_section(filtering.FilterConfig, config.get("filtering"), "filtering")
+    self.guard = from_section(GuardConfig, config.get("guard"), "guard")
+    self.faults = from_section(FaultsConfig, config.get("faults"), "faults")
     divisor = ctx.batch_divisor()
     minibatch = rl.rollouts_per_step // rl.num_minibatches
     if minibatch % divisor:
@@ -91,7 +106,7 @@ class _Components:
                        f"num_minibatches) must be a multiple of the mesh batch axes ({divisor})")
     self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature)
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True)
-    self.mixture = TaskMixture(self.tasks, int(config.seed))
+    self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,
@@ -110,7 +125,7 @@ class _Components:
     return sharding.shard_batch(tree, self.ctx.mesh, self.ctx.rules)
 
 
-def _evaluate_heldout(c: _Components, params, step: int) -> dict:
+def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> dict:
   """Held-out completion rate, greedy and sampled at the training temperature."""
   if not c.mixture.heldout:
     return {}
@@ -120,8 +135,41 @@ def _evaluate_heldout(c: _Components, params, step: int) -> dict:
                       sampling=sampling, max_prompt_len=c.rl.max_prompt_len,
                       batch_size=c.rl.rollouts_per_step,
                       rng=jax.random.fold_in(c.ctx.key("eval"), step), shard=c.shard,
-                      domain_options=c.tasks.domain_options)
+                      reward_pool=pool)
     metrics.update(eval_metrics(result, prefix))
+  return metrics
+
+
+def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
+  """One round of B prompts x G generations, scored (round 0: the step's batch)."""
+  rl, tok, ctx = c.rl, c.ctx.tokenizer, c.ctx
+  key = jax.random.fold_in(ctx.key("rollout"), it)
+  with timer("rollout"):
+    tasks = c.mixture.sample(it, rl.batch_size, round=rnd)
+    tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
+    prompts, lens = batching.encode_prompts(tok, tasks_N, rl.max_prompt_len)
+    prompts, lens = c.shard((prompts, lens))
+    if rnd:  # refill rounds of dynamic filtering; round 0 keeps the unfiltered key
+      key = jax.random.fold_in(key, rnd)
+    rollout = generate(state.params, prompts, lens, key,
+                       model_config=ctx.model_config, config=c.sampling,
+                       eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
+    host = jax.device_get(rollout)
+  with timer("reward"):
+    pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
+    ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
+    rewards = pending.result()
+  return dict(tasks_N=tasks_N, host=host, rewards=rewards,
+              ref_logp=None if ref_logp is None else np.asarray(ref_logp))
+
+
+def _update_mixture(c: _Components, scored: dict) -> dict:
+  """Feeds every scored round to the curriculum; returns per-domain/difficulty stats."""
+  rewards = scored["rewards"]
+  c.mixture.update(scored["tasks_N"], domain_stats.passed(rewards.verdicts))
+  metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts, rewards.rewards_N,
+                                        rewards.components)
+  metrics.update(c.mixture.curriculum_metrics())
   return metrics
 
 
@@ -141,47 +189,71 @@ def _minibatches(batch: dict, rl: GRPOConfig, key) -> list[dict]:
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) GRPO; returns the final metrics."""
   c = _Components(config, workdir)
-  ctx, rl, tok = c.ctx, c.rl, c.ctx.tokenizer
-  init_params = _initial_params(ctx, rl)
-  state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
-                                       ctx.key("init"), params=init_params)
+  ctx, rl = c.ctx, c.rl
+
+  def fresh_state():
+    return state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
+                                        ctx.key("init"), params=_initial_params(ctx, rl))
+
+  state = fresh_state()
+  initial_mixture = c.mixture.state_dict()
   ref_params = None
   if rl.kl_coef > 0:  # frozen copy of the starting policy, optionally in bf16
     ref_params = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(rl.ref_dtype), p))(
         state.params)
-  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3)
+  fault_log = FaultLog(workdir)
+  injector = FaultInjector(c.faults, fault_log)
+  guard = NonFiniteGuard(c.guard, fault_log)
+  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3,
+                                  on_event=fault_log.record)
+
+  def restore_latest():
+    """(state, iteration) of the newest good checkpoint, or the initial state."""
+    if checkpoints.latest_step() is None:
+      c.mixture.load_state_dict(initial_mixture)
+      return fresh_state(), 0
+    abstract = state_lib.abstract_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules)
+    try:
+      restored, extra = checkpoints.restore(abstract, fallback=True)
+    except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
+      logging.warning("%s\nstarting again from the initial state", e)
+      c.mixture.load_state_dict(initial_mixture)
+      return fresh_state(), 0
+    if "mixture" in extra:
+      c.mixture.load_state_dict(extra["mixture"])
+    else:
+      c.mixture.load_state_dict(initial_mixture)
+      if c.tasks.curriculum.enabled:
+        logging.warning("checkpoint has no mixture state: the curriculum restarts")
+    return restored, int(extra["rl_step"])
+
+  def save(done: int):
+    checkpoints.save(done, state, extra={"rl_step": done, "mixture": c.mixture.state_dict()},
+                     force=True)
+
   start = 0
   if checkpoints.latest_step() is not None:
-    abstract = state_lib.abstract_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules)
-    state, extra = checkpoints.restore(abstract, fallback=True)
-    start = int(extra["rl_step"])
+    state, start = restore_latest()
     logging.info("resumed from iteration %d", start)
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = RewardPool(c.rewards, c.tasks.domain_options)
   timer = StepTimer()
   last_metrics = {}
+  preempt = SigtermFlag().__enter__()
+  it = start
   try:
-    for it in range(start, rl.num_steps):
+    while it < rl.num_steps:
       step_start = time.perf_counter()
-      with timer("rollout"):
-        tasks = c.mixture.sample(it, rl.batch_size)
-        tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
-        prompts, lens = batching.encode_prompts(tok, tasks_N, rl.max_prompt_len)
-        prompts, lens = c.shard((prompts, lens))
-        rollout = generate(state.params, prompts, lens, jax.random.fold_in(ctx.key("rollout"), it),
-                           model_config=ctx.model_config, config=c.sampling,
-                           eos_id=tok.eos_id, pad_id=tok.pad_id,
-                           group_size=rl.num_generations)
-        host = jax.device_get(rollout)
-      with timer("reward"):
-        pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT,
-                                                                 host.mask_BxT))
-        ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
-        rewards = pending.result()
+      picked, scored, filter_metrics = filtering.collect(
+          lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
+          lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
+      tasks_N, host, rewards, ref_logp = (picked[k] for k in ("tasks_N", "host", "rewards",
+                                                                "ref_logp"))
       adv = algos.group_advantages(rewards.rewards_N, rl.num_generations,
                                    scale=rl.advantage_scale)
       batch = dict(tokens=host.tokens_BxT, mask=host.loss_mask_BxT, old_logp=host.logp_BxT,
                    adv=np.asarray(adv))
+      batch = injector.poison(it + 1, batch, "adv")
       if ref_logp is not None:
         batch["ref_logp"] = np.asarray(ref_logp)
       with timer("train"):
@@ -191,7 +263,19 @@ def train(config, workdir: str) -> dict:
           step_metrics.append(m)
         step_metrics = jax.device_get(step_metrics)
       metrics = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
+      skipped = int(sum(m["guard/skipped"] for m in step_metrics))
+      if guard.observe(it + 1, skipped):
+        state, restored_at = restore_latest()
+        guard.rolled_back(it + 1, restored_at)
+        logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
+                        "iteration %d", it + 1, c.guard.max_nonfinite_steps, restored_at)
+        writer.truncate_after(restored_at)
+        timer.reset()
+        it = restored_at
+        continue
       metrics.update(_rollout_metrics(tasks_N, rewards, host, rl))
+      metrics.update(filter_metrics)
+      metrics.update(_update_mixture(c, scored))
       metrics.update(timer.metrics())
       timer.reset()
       elapsed = time.perf_counter() - step_start
@@ -201,7 +285,8 @@ def train(config, workdir: str) -> dict:
       done = it + 1
       if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
         with timer("eval"):
-          metrics.update(_evaluate_heldout(c, state.params, done))
+          metrics.update(_evaluate_heldout(c, state.params, done, pool))
+      metrics.update(guard.metrics(), **fault_log.metrics())
       writer.write(done, metrics)
       logging.info("rl step %d: reward %.3f pass %.3f kl %s len %.1f (%.2fs)", done,
                    metrics["reward/mean"], np.mean([v for k, v in metrics.items()
@@ -209,10 +294,21 @@ def train(config, workdir: str) -> dict:
                    f"{metrics['kl']:.4f}" if "kl" in metrics else "-",
                    metrics["response_len/mean"], elapsed)
       if done % rl.checkpoint_every == 0 or done == rl.num_steps:
-        checkpoints.save(done, state, extra={"rl_step": done}, force=True)
+        save(done)
+        injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
       last_metrics = metrics
+      injector.after_step(done)
+      it = done
+      if preempt.requested and it < rl.num_steps:
+        if checkpoints.latest_step() != done:
+          save(done)
+        fault_log.record("sigterm_checkpointed", done)
+        logging.warning("SIGTERM: saved checkpoint at iteration %d; exiting", done)
+        break
   finally:
+    preempt.__exit__()
     checkpoints.close()
     writer.close()
     pool.close()
-  return {"state": state, "metrics": last_metrics, "context": ctx}
+  return {"state": state, "metrics": last_metrics, "context": ctx,
+          "preempted": it < rl.num_steps}
