@@ -6,6 +6,7 @@ Not run directly; experiment configs import `get_base()` and change fields.
 import ml_collections
 
 from rl_post.parallel.sharding import DEFAULT_RULES
+from rl_post.rl import config as rl_config
 
 
 def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
@@ -21,4 +22,6 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
   c.tasks = dict(domains=("arithmetic",), weights=(1.0,), difficulties=(1, 2, 3, 4),
                  domain_options=dict(arithmetic=dict(max_difficulty=5)), heldout_size=512)
   c.rewards = dict(outcome_weight=1.0, format_weight=0.1, timeout_s=10.0, num_workers=1)
+  # rl.algorithm picks a registry entry; rl.<algorithm> holds its own settings.
+  c.rl = rl_config.section_defaults()
   return c
