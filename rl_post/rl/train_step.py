@@ -13,6 +13,8 @@ in a `lax.scan`; every loss term is normalised by the whole minibatch's
 `Totals`, so this is the same update as one pass over the minibatch.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -136,21 +138,28 @@ def make_value_fn(model_config, rl: RLConfig, context_mesh=None):
   return values
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _estimate(rl: RLConfig, rewards_N, mask_NxT, old_logp_NxT, process_NxT, ref_logp_NxT,
+              values_NxT):
+  inputs = AdvantageInputs(
+      rewards_N=rewards_N.astype(jnp.float32), mask_NxT=mask_NxT, old_logp_NxT=old_logp_NxT,
+      group_size=rl.num_generations, max_new_tokens=rl.max_new_tokens, process_NxT=process_NxT,
+      ref_logp_NxT=ref_logp_NxT, values_NxT=values_NxT)
+  out = rl.entry.advantages(rl.algo, inputs)
+  mask = mask_NxT.astype(jnp.int32) * out.keep_N[:, None].astype(jnp.int32)
+  return out._replace(keep_N=mask)
+
+
 def rollout_batch(rl: RLConfig, tokens_NxT, mask_NxT, old_logp_NxT, rewards_N, *,
                   ref_logp_NxT=None, values_NxT=None, process_NxT=None) -> dict:
-  """The update's batch from a scored rollout: runs the algorithm's estimator.
+  """The update's batch (numpy) from a scored rollout: runs the algorithm's estimator.
 
   Sequences the estimator drops (keep 0, e.g. DAPO's zero-variance groups)
   keep their rows with an all-zero mask, so batch shapes never change.
   """
-  inputs = AdvantageInputs(
-      rewards_N=jnp.asarray(rewards_N, jnp.float32), mask_NxT=jnp.asarray(mask_NxT),
-      old_logp_NxT=jnp.asarray(old_logp_NxT), group_size=rl.num_generations,
-      max_new_tokens=rl.max_new_tokens, process_NxT=process_NxT, ref_logp_NxT=ref_logp_NxT,
-      values_NxT=values_NxT)
-  out = rl.entry.advantages(rl.algo, inputs)
-  mask = (jnp.asarray(mask_NxT) * out.keep_N[:, None].astype(jnp.int32)).astype(jnp.int32)
-  batch = dict(tokens=tokens_NxT, mask=mask, old_logp=old_logp_NxT, adv=out.adv_NxT)
+  out = _estimate(rl, jnp.asarray(rewards_N), jnp.asarray(mask_NxT), jnp.asarray(old_logp_NxT),
+                  process_NxT, ref_logp_NxT, values_NxT)
+  batch = dict(tokens=tokens_NxT, mask=out.keep_N, old_logp=old_logp_NxT, adv=out.adv_NxT)
   if rl.needs_reference:
     batch["ref_logp"] = ref_logp_NxT
   if rl.uses_critic:

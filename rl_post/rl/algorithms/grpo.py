@@ -77,7 +77,8 @@ def group_estimator(config: GroupConfig, inputs: AdvantageInputs) -> Advantages:
         lengths_N, inputs.max_new_tokens, config.overlong_buffer, config.overlong_penalty)
   adv_N = adv_lib.group_advantages(rewards_N, inputs.group_size, scale=config.advantage_scale,
                                    eps=config.eps)
-  keep_N = (adv_lib.zero_variance_groups(rewards_N, inputs.group_size)
+  # DAPO filters on the outcome (accuracy), before length shaping adds variance.
+  keep_N = (adv_lib.zero_variance_groups(inputs.rewards_N, inputs.group_size)
             if config.dynamic_sampling else None)
   return broadcast_sequence_advantages(adv_N, inputs.mask_NxT, keep_N)
 
