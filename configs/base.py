@@ -20,8 +20,20 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
                  num_layers=4, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
                  mlp_dim=384, tie_embeddings=True, qkv_bias=False, attention_impl="auto")
   c.tasks = dict(domains=("arithmetic",), weights=(1.0,), difficulties=(1, 2, 3, 4),
-                 domain_options=dict(arithmetic=dict(max_difficulty=5)), heldout_size=512)
-  c.rewards = dict(outcome_weight=1.0, format_weight=0.1, timeout_s=10.0, num_workers=1)
+                 domain_options=dict(arithmetic=dict(max_difficulty=5)), heldout_size=512,
+                 floors=(), difficulty_ratios=(),
+                 curriculum=dict(enabled=False, low=0.2, high=0.8, window=64, width=2, start=0),
+                 eval_sets=(), eval_data_dir="")
+  c.filtering = dict(enabled=False, max_rounds=2)
+  c.rewards = dict(weights=dict(default=dict(outcome=1.0, format=0.1)), timeout_s=30.0,
+                   num_workers=1,
+                   sandbox=dict(isolation="strict", num_workers=2, timeout_s=10.0))
   # rl.algorithm picks a registry entry; rl.<algorithm> holds its own settings.
   c.rl = rl_config.section_defaults()
+  # Non-finite loss/gradients: skip the update; after max_nonfinite_steps such steps in a
+  # row roll back to the last good checkpoint; stop after max_rollbacks (docs/reliability.md).
+  c.guard = dict(max_nonfinite_steps=3, max_rollbacks=2)
+  # Fault injection for reliability tests (rl_post/training/faults.py); empty: none.
+  c.faults = dict(nonfinite_loss_at_steps=(), kill_at_steps=(), sigterm_at_steps=(),
+                  corrupt_checkpoint_at_steps=(), corruption="flip")
   return c

@@ -5,8 +5,10 @@ r"""Trains the SentencePiece tokenizer on generated task text.
 """
 
 import _bootstrap  # noqa: F401
-from absl import app, logging
+from absl import flags, logging
 from ml_collections import config_flags
+
+from rl_post import cli
 
 from rl_post.data import build_tokenizer
 
@@ -21,5 +23,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  config_flags.mark_flags_as_required(["config"])
-  app.run(main)
+  flags.mark_flags_as_required(["config"])
+  cli.run(main)

@@ -10,10 +10,10 @@ workdir/report/{summary.md,summary.json,reward.png}.
 import os
 
 import _bootstrap  # noqa: F401
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from rl_post import pipeline
+from rl_post import cli, pipeline
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_bootstrap.ROOT, "configs", "demo.py"), "Config file.",
@@ -30,4 +30,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -6,8 +6,10 @@ r"""GRPO (and variants) on verifiable rewards.
 """
 
 import _bootstrap  # noqa: F401
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
+
+from rl_post import cli
 
 from rl_post.rl import trainer
 
@@ -22,4 +24,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  cli.run(main)

@@ -5,8 +5,10 @@ r"""Supervised fine-tuning on generated demonstrations.
 """
 
 import _bootstrap  # noqa: F401
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
+
+from rl_post import cli
 
 from rl_post.sft import trainer
 
@@ -21,4 +23,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  cli.run(main)

@@ -198,3 +198,16 @@ def test_resume_purges_replayed_steps_in_tensorboard(tmp_path):
   starts = [e.step for e in _read_tb_events(path)
             if e.HasField("session_log") and e.session_log.status == 1]
   assert starts == [8]  # SessionLog.START at 8: TensorBoard drops old >= 8.
+
+
+def test_truncate_after_drops_later_rows_mid_run(tmp_path):
+  """A rollback to step 2 mid-run: rows 3-4 go, the replay appends after 2."""
+  with writers.MetricWriter(tmp_path, tensorboard=False) as w:
+    for step in (1, 2, 3, 4):
+      w.write(step, {"loss": float(step)})
+    w.truncate_after(2)
+    w.write(3, {"loss": 30.0})
+    with pytest.raises(ValueError, match="step must be >= 0"):
+      w.truncate_after(-1)
+  rows = writers.read_metrics(tmp_path)
+  assert [(r["step"], r["loss"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 30.0)]

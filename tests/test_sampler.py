@@ -41,7 +41,7 @@ def test_layout_and_stopping(setup):
   out = jax.device_get(generate(params, prompts, lens, jax.random.key(3), model_config=config,
                                 config=SamplingConfig(max_new_tokens=10), eos_id=EOS,
                                 pad_id=PAD))
-  assert out.tokens_BxT.shape == (6, 17)
+  assert out.tokens_BxT.shape == (6, 16 + 10)  # prompt width bucketed to 16
   for row in range(6):
     n, r = int(lens[row]), int(out.response_lens_B[row])
     np.testing.assert_array_equal(out.tokens_BxT[row, :n], np.asarray(prompts)[row, :n])

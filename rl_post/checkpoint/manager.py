@@ -6,18 +6,23 @@ holds three items:
   state/  the pytree (StandardSave); typed PRNG keys stored as their raw
           `jax.random.key_data`, since a key dtype is not a storable dtype
   extra/  caller's JSON dict (e.g. curriculum state)
-  meta/   our bookkeeping: which leaves were typed keys, and their impl
+  meta/   our bookkeeping: which leaves were typed keys, and their impl, and
+          a CRC32 per array leaf (`rl_post.checkpoint.integrity`)
 
 `restore` takes an abstract tree (`jax.ShapeDtypeStruct`s with shardings) so
 every array is read straight into its final sharding, checks the stored tree
-against it first (naming the mismatching key path), and can fall back past a
-corrupt latest step.
+against it first (naming the mismatching key path), verifies the checksums,
+and can fall back past a corrupt latest step: with `fallback=True` an
+unreadable or corrupt step is moved aside to `<directory>/corrupt/<step>-<reason>`
+(kept for inspection, never deleted), so the run can save that step again.
+`save` refuses (warns, counts, returns False) a state holding NaN or inf.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import warnings
 from typing import Any
 
@@ -25,23 +30,26 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from rl_post.checkpoint import integrity
+
 _STATE, _EXTRA, _META = "state", "extra", "meta"
+CORRUPT_DIRNAME = "corrupt"
 
 
 class CorruptCheckpointError(RuntimeError):
-  """A checkpoint step exists on disk but cannot be read back."""
+  """A checkpoint step exists on disk but cannot be read back.
+
+  Attributes:
+    reason: short slug used in the moved-aside directory name
+      ("unreadable" or "checksum").
+  """
+
+  def __init__(self, message: str, reason: str = "unreadable"):
+    super().__init__(message)
+    self.reason = reason
 
 
-def _key_str(entry: Any) -> str:
-  """One pytree path entry as the name orbax also uses for it."""
-  for attr in ("name", "key", "idx"):  # GetAttrKey, DictKey/FlattenedIndexKey, SequenceKey
-    if hasattr(entry, attr):
-      return str(getattr(entry, attr))
-  return str(entry)
-
-
-def _path_str(path: tuple) -> str:
-  return "/".join(_key_str(e) for e in path) or "<root>"
+_path_str = integrity.path_str
 
 
 def _is_prng_key(dtype: Any) -> bool:
@@ -141,6 +149,21 @@ def _check_step(step: Any) -> int:
   return int(step)
 
 
+def _verify(stored_state: Any, meta: dict, where: str) -> None:
+  """Raises CorruptCheckpointError if the arrays differ from their checksums.
+
+  Steps written before checksums existed (no "checksums" in meta) pass.
+  """
+  stored = meta.get("checksums")
+  if stored is None:
+    return
+  bad = integrity.mismatches(integrity.host_leaves(stored_state), stored)
+  if bad:
+    raise CorruptCheckpointError(
+        f"{where} fails its checksums (array data changed since it was saved) "
+        f"in {len(bad)} leaves, e.g. {bad[:3]}", reason="checksum")
+
+
 class CheckpointManager:
   """Saves and restores (train state, extra JSON dict) by step.
 
@@ -158,11 +181,17 @@ class CheckpointManager:
   """
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: int | None = 3,
-               save_interval_steps: int = 1):
+               save_interval_steps: int = 1, on_event=None):
     """Args:
       directory: where step directories live; created if missing.
       max_to_keep: keep only the newest N steps (None keeps all).
       save_interval_steps: `save` writes only when step % N == 0 unless forced.
+      on_event: optional `(kind, step, **info)` callback for handled faults:
+        "checkpoint_moved_aside" and "checkpoint_save_refused".
+
+    Attributes:
+      refused_saves: saves refused because the state was not finite.
+      moved_aside: paths of steps moved to `<directory>/corrupt/`.
     """
     if max_to_keep is not None and (
         not isinstance(max_to_keep, int) or max_to_keep < 1):
@@ -171,6 +200,9 @@ class CheckpointManager:
       raise ValueError(
           f"save_interval_steps must be an int >= 1, got {save_interval_steps!r}")
     self.directory = os.path.abspath(os.fspath(directory))
+    self._on_event = on_event
+    self.refused_saves = 0
+    self.moved_aside: list[str] = []
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
         create=True)
@@ -205,15 +237,30 @@ class CheckpointManager:
       json.dumps(extra, allow_nan=False)
     except (TypeError, ValueError) as e:
       raise ValueError(f"extra must be JSON-serialisable: {e}") from e
+    if not (force or self._mgr.should_save(step)):
+      return False
     stored, key_impls = _stored_state(state)
+    leaves = integrity.host_leaves(stored)
+    bad = integrity.nonfinite_leaves(leaves)
+    if bad:
+      self.refused_saves += 1
+      warnings.warn(f"not saving checkpoint step {step}: non-finite values in "
+                    f"{len(bad)} leaves, e.g. {bad[:3]}", stacklevel=2)
+      self._event("checkpoint_save_refused", step, leaves=bad[:8])
+      return False
+    meta = {"key_impls": key_impls, "checksums": integrity.checksums(leaves)}
     return self._mgr.save(
         step,
         args=ocp.args.Composite(**{
             _STATE: ocp.args.StandardSave(stored),
             _EXTRA: ocp.args.JsonSave(extra),
-            _META: ocp.args.JsonSave({"key_impls": key_impls}),
+            _META: ocp.args.JsonSave(meta),
         }),
-        force=force)
+        force=True)
+
+  def _event(self, kind: str, step: int, **info) -> None:
+    if self._on_event is not None:
+      self._on_event(kind, step, **info)
 
   def all_steps(self) -> list[int]:
     """Saved steps, ascending (committed ones; includes unreadable ones)."""
@@ -232,8 +279,10 @@ class CheckpointManager:
         carrying `.sharding` (e.g. `jax.eval_shape(init, rng)` plus
         shardings); typed PRNG key leaves come back as typed keys.
       step: which step; None for the latest.
-      fallback: if the step is unreadable (partial or corrupt files), warn
-        and try the next older step instead of raising.
+      fallback: if the step is unreadable (partial or corrupt files) or
+        fails its checksums, warn, move it aside to
+        `<directory>/corrupt/<step>-<reason>` and try the next older step
+        instead of raising.
 
     Returns:
       (state, extra) with the structure of `abstract_state` and the saved
@@ -245,6 +294,10 @@ class CheckpointManager:
       CorruptCheckpointError: the step cannot be read (and no fallback
         succeeded).
     """
+    # Re-read the step list from disk: a save's max_to_keep clean-up may have
+    # removed steps that orbax still lists.
+    self._mgr.wait_until_finished()
+    self._mgr.reload()
     steps = self.all_steps()
     if not steps:
       raise FileNotFoundError(f"no checkpoints in {self.directory}")
@@ -266,9 +319,10 @@ class CheckpointManager:
         if not fallback:
           raise
         errors.append(str(e))
-        if i + 1 < len(candidates):
-          warnings.warn(f"{e}; falling back to step {candidates[i + 1]}",
-                        stacklevel=2)
+        aside = self._move_aside(s, e.reason)
+        where = f"step {candidates[i + 1]}" if i + 1 < len(candidates) else "nothing"
+        warnings.warn(f"{e}; moved it to {aside}; falling back to {where}",
+                      stacklevel=2)
     raise CorruptCheckpointError(
         f"no readable checkpoint at or before step {step} in "
         f"{self.directory}:\n" + "\n".join(errors))
@@ -312,9 +366,35 @@ class CheckpointManager:
             f"{abstract_leaf.dtype}")
       return key
 
+    _verify(restored[_STATE], restored[_META] or {}, where)
     state = jax.tree_util.tree_map_with_path(
         to_key, abstract_state, restored[_STATE])
     return state, dict(restored[_EXTRA] or {})
+
+  def _move_aside(self, step: int, reason: str) -> str:
+    """Moves step dir to corrupt/<step>-<reason>[-n]; orbax forgets the step."""
+    self._mgr.wait_until_finished()
+    src = os.path.join(self.directory, str(step))
+    if not os.path.isdir(src):  # already gone; nothing to keep
+      self._mgr.reload()
+      return "<already removed>"
+    root = os.path.join(self.directory, CORRUPT_DIRNAME)
+    os.makedirs(root, exist_ok=True)
+    dst = os.path.join(root, f"{step}-{reason}")
+    n = 1
+    while os.path.exists(dst):
+      n += 1
+      dst = os.path.join(root, f"{step}-{reason}-{n}")
+    shutil.move(src, dst)
+    self._mgr.reload()
+    self.moved_aside.append(dst)
+    self._event("checkpoint_moved_aside", step, reason=reason, path=dst)
+    return dst
+
+  def moved_aside_count(self) -> int:
+    """Steps ever moved to `<directory>/corrupt/` (by any run on this dir)."""
+    root = os.path.join(self.directory, CORRUPT_DIRNAME)
+    return len(os.listdir(root)) if os.path.isdir(root) else 0
 
   def wait_until_finished(self) -> None:
     """Blocks until any in-flight asynchronous save is committed."""

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Mapping, Sequence
 
-from rl_post.data import chat_template
+from rl_post.data import chat_template as chat_templates
 from rl_post.data.tokenizer import SentencePieceTokenizer
 
 # Pre-tokenizer split patterns of llama.cpp's `tokenizer.ggml.pre` types.
@@ -48,7 +48,7 @@ class HFTokenizer:
     self.eos_id = int(eos_id)
     self.bos_id = int(bos_id)
     self.pad_id = self.eos_id if pad_id is None or pad_id < 0 else int(pad_id)
-    self.chat_template = chat_template or chat_template.CHATML
+    self.chat_template = chat_template or chat_templates.CHATML
     self._special_ids = {t for t in (self.pad_id, self.bos_id, self.eos_id) if t >= 0}
 
   @property
@@ -74,7 +74,7 @@ class HFTokenizer:
   def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *,
                           add_generation_prompt: bool = True) -> str:
     """The prompt text for `messages` ([{"role", "content"}, ...])."""
-    return chat_template.render(
+    return chat_templates.render(
         self.chat_template, messages, add_generation_prompt=add_generation_prompt,
         bos_token=self.piece(self.bos_id) if self.bos_id >= 0 else "",
         eos_token=self.piece(self.eos_id))

@@ -57,8 +57,11 @@ class SentencePieceTokenizer:
     return self._sp.encode(text)
 
   def decode(self, ids: Sequence[int]) -> str:
+    # Ids past the vocabulary are the model's padding rows (its vocab is
+    # rounded up to a multiple of mesh.tensor): they carry no text.
     specials = (self.pad_id, self.bos_id, self.eos_id)
-    return self._sp.decode([int(i) for i in ids if int(i) not in specials])
+    return self._sp.decode([int(i) for i in ids
+                            if int(i) not in specials and 0 <= int(i) < self.vocab_size])
 
   def piece(self, token_id: int) -> str:
     return self._sp.id_to_piece(int(token_id))

@@ -11,32 +11,44 @@ import jax
 import numpy as np
 
 from rl_post.data import batching
-from rl_post.rewards.scoring import verify_all
+from rl_post.rewards.pool import RewardPool
+from rl_post.rewards.scoring import ERROR_KINDS
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.tasks.base import Task
 
 
 def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling: SamplingConfig,
              max_prompt_len: int, batch_size: int, rng, shard=None,
-             num_samples: int = 1, domain_options=None) -> dict:
+             num_samples: int = 1, reward_pool: RewardPool | None = None,
+             domain_options=None) -> dict:
   """Generates `num_samples` responses per task and verifies them.
 
   `shard`, if given, places a tree of host batch arrays on the mesh
   (e.g. `functools.partial(sharding.shard_batch, mesh=..., rules=...)`).
+  Verification goes through `reward_pool` (the trainer's), so a hanging or
+  crashing verifier is a counted error, not a hung or dead run; without
+  one, a default RewardPool with `domain_options` is started for the call.
 
   Returns:
     dict with "correct" [n] bool (first sample), "num_correct" [n] int
     (over samples), "num_samples", "difficulty" [n], "domain" [n],
-    "format_ok" [n], "response_len" [n] and "completion_rate".
+    "format_ok" [n], "response_len" [n], "completion_rate" and
+    "errors" {kind: count over all samples}.
   """
   tasks = list(tasks)
   if not tasks:
     raise ValueError("evaluate needs at least one task")
+  if reward_pool is None:
+    with RewardPool(domain_options=domain_options) as pool:
+      return evaluate(model_config, params, tokenizer, tasks, sampling=sampling,
+                      max_prompt_len=max_prompt_len, batch_size=batch_size, rng=rng,
+                      shard=shard, num_samples=num_samples, reward_pool=pool)
   n = len(tasks)
   num_correct = np.zeros(n, np.int64)
   first_correct = np.zeros(n, bool)
   format_ok = np.zeros(n, bool)
   response_len = np.zeros(n, np.int64)
+  errors = dict.fromkeys(ERROR_KINDS, 0)
   for sample in range(num_samples):
     for start in range(0, n, batch_size):
       chunk = tasks[start:start + batch_size]
@@ -52,19 +64,22 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
                                         pad_id=tokenizer.pad_id))
       texts = batching.decode_responses(tokenizer, rollout.tokens_BxT[:len(chunk)],
                                         rollout.mask_BxT[:len(chunk)])
-      verdicts = verify_all(chunk, texts, domain_options)
-      ok = np.array([v.correct for v in verdicts])
+      scored = reward_pool.score(chunk, texts)
+      ok = scored.correct_N
+      for kind, count in scored.error_counts.items():
+        errors[kind] += count
       idx = slice(start, start + len(chunk))
       num_correct[idx] += ok
       if sample == 0:
         first_correct[idx] = ok
-        format_ok[idx] = [v.format_ok for v in verdicts]
+        format_ok[idx] = [v.format_ok for v in scored.verdicts]
         response_len[idx] = rollout.response_lens_B[:len(chunk)]
   return {
       "correct": first_correct, "num_correct": num_correct, "num_samples": num_samples,
       "difficulty": np.array([t.difficulty for t in tasks]),
       "domain": [t.domain for t in tasks], "format_ok": format_ok,
       "response_len": response_len, "completion_rate": float(first_correct.mean()),
+      "errors": errors,
   }
 
 
@@ -73,6 +88,8 @@ def eval_metrics(result: dict, prefix: str = "eval") -> dict[str, float]:
   correct = result["correct"]
   metrics = {f"{prefix}/pass_rate": float(correct.mean()),
              f"{prefix}/format_rate": float(result["format_ok"].mean())}
+  for kind, count in result.get("errors", {}).items():
+    metrics[f"{prefix}/errors/{kind}"] = float(count)
   domains = np.array(result["domain"])
   for domain in sorted(set(result["domain"])):
     sel = domains == domain

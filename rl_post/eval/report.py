@@ -271,3 +271,25 @@ def write_report(report_dir: str | os.PathLike, *,
   with open(paths["summary_json"], "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=2)
   return paths
+
+
+def render_checkpoint_eval(result: Mapping[str, Any]) -> str:
+  """eval.md for `rl_post.eval.checkpoint_eval.evaluate_checkpoint`'s result."""
+  settings = result["settings"]
+  ks = [str(k) for k in settings["ks"]]
+  n = settings["num_samples"]
+  lines = [f"# Evaluation of `{result['checkpoint']}`", "",
+           f"Held-out problems; greedy decoding (one response each) and sampling at "
+           f"T={settings['temperature']} (n={n} responses each; pass@k is the unbiased "
+           f"estimator 1 - C(n-c, k) / C(n, k)). Max {settings['max_new_tokens']} new tokens.",
+           "",
+           "| group | problems | greedy | greedy 95% CI | "
+           + " | ".join(f"pass@{k}" for k in ks) + " | mean len greedy | mean len sampled |",
+           "|---|---|---|---|" + "---|" * len(ks) + "---|---|"]
+  for name, g in result["groups"].items():
+    greedy, sampled = g["greedy"], g["sampled"]
+    passes = " | ".join(_pct(sampled["pass_at_k"][k]) for k in ks)
+    lines.append(f"| {name} | {g['n']} | {_pct(greedy['completion_rate'])} | "
+                 f"[{_pct(greedy['ci_low'])}, {_pct(greedy['ci_high'])}] | {passes} | "
+                 f"{greedy['mean_response_len']:.1f} | {sampled['mean_response_len']:.1f} |")
+  return "\n".join(lines) + "\n"

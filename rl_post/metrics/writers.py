@@ -158,6 +158,20 @@ class MetricWriter:
         f.write(json.dumps(r) + "\n")
     os.replace(tmp, self.path)
 
+  def truncate_after(self, step: int) -> None:
+    """Drops rows with a step > `step` (a rollback replays them)."""
+    step = _check_step(step)
+    if self._file is None:
+      raise ValueError("MetricWriter is closed")
+    self._file.close()
+    self._repair(step)
+    self._file = open(self.path, "a", encoding="utf-8")
+    if self._tb is not None:
+      from tensorboardX import SummaryWriter
+      self._tb.close()
+      self._tb = SummaryWriter(logdir=os.path.join(self.workdir, TB_DIRNAME),
+                               purge_step=step + 1)
+
   def write(self, step: int, metrics: Mapping[str, Any]) -> None:
     """Appends one record `{"step": step, **metrics}`.
 

@@ -98,7 +98,7 @@ class Attention(nnx.Module):
     return out
 
   def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None,
-               context_mesh=None):
+               context_mesh=None, cache_extend=False):
     """Self-attention over x; with `cache`, also reads/writes the KV cache.
 
     Args:
@@ -110,6 +110,9 @@ class Attention(nnx.Module):
       cache: optional dict with "k", "v" of shape [B, S, K, D]. With T > 1
         this is a prefill that starts at slot 0; with T == 1 a decode step
         at slot positions_BxT[:, 0].
+      cache_extend: with a cache and T > 1, the chunk is written at slots
+        positions_BxT and each query attends to every cache slot <= its
+        position (earlier slots included): a prefill onto an existing cache.
     Returns:
       (out_BxTxE, new_cache or None).
     """
@@ -123,8 +126,10 @@ class Attention(nnx.Module):
     if cache is not None:
       rows_Bx1 = jnp.arange(x_BxTxE.shape[0])[:, None]
       new_cache = {
-          "k": cache["k"].at[rows_Bx1, positions_BxT].set(k.astype(cache["k"].dtype)),
-          "v": cache["v"].at[rows_Bx1, positions_BxT].set(v.astype(cache["v"].dtype)),
+          "k": cache["k"].at[rows_Bx1, positions_BxT].set(k.astype(cache["k"].dtype),
+                                                          mode="drop"),
+          "v": cache["v"].at[rows_Bx1, positions_BxT].set(v.astype(cache["v"].dtype),
+                                                          mode="drop"),
       }
     if context_mesh is not None:
       if cache is not None:
@@ -133,6 +138,8 @@ class Attention(nnx.Module):
       out = ring_attention.ring_attention(
           q, k, v, mesh=context_mesh, axis_name="context", causal=True,
           segment_ids=segment_ids_BxT, layout=self.context_layout, batch_axis=batch_axes)
+    elif cache is not None and cache_extend:
+      out = cached_chunk_attention(q, new_cache["k"], new_cache["v"], positions_BxT)
     elif cache is not None and x_BxTxE.shape[1] == 1:
       out = attention_kernels.decode_attention(
           q[:, 0], new_cache["k"], new_cache["v"], positions_BxT[:, 0] + 1,
@@ -142,6 +149,24 @@ class Attention(nnx.Module):
           q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)
     out = jnp.einsum("bthd,hde->bte", out.astype(self.dtype), self.o_proj[...].astype(self.dtype))
     return out, new_cache
+
+
+def cached_chunk_attention(q_BxTxHxD, k_BxSxKxD, v_BxSxKxD, positions_BxT):
+  """Dense attention of a query chunk over a whole KV cache (GQA, f32 softmax).
+
+  Query t of row b sees cache slots s <= positions_BxT[b, t]; used for
+  multi-token prefill onto a cache that already holds earlier tokens.
+  """
+  b, t, h, d = q_BxTxHxD.shape
+  kv = k_BxSxKxD.shape[2]
+  q = q_BxTxHxD.reshape(b, t, kv, h // kv, d).astype(jnp.float32)
+  scores = jnp.einsum("btkgd,bskd->bkgts", q, k_BxSxKxD.astype(jnp.float32)) * d ** -0.5
+  slots_S = jnp.arange(k_BxSxKxD.shape[1])
+  visible_BxTxS = slots_S[None, None, :] <= positions_BxT[:, :, None]
+  scores = jnp.where(visible_BxTxS[:, None, None], scores, -jnp.inf)
+  probs = jax.nn.softmax(scores, axis=-1)
+  out = jnp.einsum("bkgts,bskd->btkgd", probs, v_BxSxKxD.astype(jnp.float32))
+  return out.reshape(b, t, h, d).astype(q_BxTxHxD.dtype)
 
 
 class Block(nnx.Module):
@@ -155,10 +180,10 @@ class Block(nnx.Module):
     self.mlp = MLP(config, rngs=rngs)
 
   def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None,
-               context_mesh=None):
+               context_mesh=None, cache_extend=False):
     attn_out, new_cache = self.attn(self.attn_norm(x_BxTxE), positions_BxT,
                                     segment_ids_BxT=segment_ids_BxT, cache=cache,
-                                    context_mesh=context_mesh)
+                                    context_mesh=context_mesh, cache_extend=cache_extend)
     x_BxTxE = x_BxTxE + attn_out
     x_BxTxE = x_BxTxE + self.mlp(self.mlp_norm(x_BxTxE))
     return x_BxTxE, new_cache

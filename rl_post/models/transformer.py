@@ -60,16 +60,20 @@ class Transformer(nnx.Module):
                    context_mesh=context_mesh)
 
     x_BxTxE, new_cache = jax.lax.scan(layer, x_BxTxE, (block_state, cache))
+    logits = self.logits(x_BxTxE)
+    if context_mesh is not None:
+      logits = logits[:, ring_attention.inverse_permutation(perm)]
+    return logits, new_cache
+
+  def logits(self, x_BxTxE):
+    """Final norm and output projection: float32 logits_BxTxV."""
     x_BxTxE = self.final_norm(x_BxTxE)
     if self.config.tie_embeddings:
       logits = self.embed.attend(x_BxTxE)
     else:
       logits = jnp.einsum("bte,ev->btv", x_BxTxE, self.lm_head[...].astype(x_BxTxE.dtype),
                           preferred_element_type=jnp.float32)
-    logits = logits.astype(jnp.float32)
-    if context_mesh is not None:
-      logits = logits[:, ring_attention.inverse_permutation(perm)]
-    return logits, new_cache
+    return logits.astype(jnp.float32)
 
 
 @functools.lru_cache(maxsize=32)
@@ -142,3 +146,61 @@ def apply_with_cache(config: ModelConfig, params, tokens_BxT, positions_BxT, cac
   """
   model = nnx.merge(graphdef(config), params)
   return model(tokens_BxT, positions_BxT, cache=cache)
+
+
+# --- Decoding layout: one KV cache per layer, per-layer weights split once. ---
+
+
+@functools.lru_cache(maxsize=32)
+def block_graphdef(config: ModelConfig):
+  """The (cached) NNX graph definition of one transformer block."""
+  return nnx.split(nnx.eval_shape(lambda: Block(config, rngs=nnx.Rngs(0))))[0]
+
+
+def unstack_blocks(params):
+  """Per-layer block params, a list of L dicts sliced once from the stack.
+
+  Call outside a decode loop: the loop then reads each layer's weights
+  in place instead of slicing the stacked array on every step.
+  """
+  num_layers = jax.tree.leaves(params["blocks"])[0].shape[0]
+  return [jax.tree.map(lambda x, i=i: x[i], params["blocks"]) for i in range(num_layers)]
+
+
+def init_layer_caches(config: ModelConfig, batch_size: int, max_len: int, dtype=None):
+  """An empty per-layer KV cache: a list of L dicts of [B, S, K, D] arrays."""
+  dtype = dtype or config.dtype
+  shape = (batch_size, max_len, config.num_kv_heads, config.head_dim)
+  return [{"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+          for _ in range(config.num_layers)]
+
+
+def apply_layers_with_cache(config: ModelConfig, params, layer_params, tokens_BxT,
+                            positions_BxT, caches, *, logits_at_B=None):
+  """Forward over per-layer caches: (logits_BxTxV, new_caches).
+
+  Token t of row b is written at cache slot positions_BxT[b, t] and attends
+  to every slot <= its position, so a multi-token chunk extends a cache
+  that already holds earlier tokens (slots past a row's length may hold
+  stale values; they are never read). T == 1 uses the decode kernel.
+
+  Args:
+    config: the model config.
+    params: full params (embedding, final norm, head are read from it).
+    layer_params: `unstack_blocks(params)`.
+    tokens_BxT, positions_BxT: int32 chunk and its absolute positions.
+    caches: `init_layer_caches(...)` or a previous result.
+    logits_at_B: optional chunk index per row; then only that position's
+      logits are computed (logits_Bx1xV), e.g. a prompt's last token.
+  """
+  model = nnx.merge(graphdef(config), params)
+  x_BxTxE = model.embed(tokens_BxT)
+  extend = tokens_BxT.shape[1] > 1
+  new_caches = []
+  for layer_param, cache in zip(layer_params, caches):
+    block = nnx.merge(block_graphdef(config), layer_param)
+    x_BxTxE, cache = block(x_BxTxE, positions_BxT, cache=cache, cache_extend=extend)
+    new_caches.append(cache)
+  if logits_at_B is not None:
+    x_BxTxE = x_BxTxE[jnp.arange(x_BxTxE.shape[0]), logits_at_B][:, None]
+  return model.logits(x_BxTxE), new_caches

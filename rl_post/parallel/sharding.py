@@ -1,7 +1,8 @@
 """Logical-axis sharding: one rules table maps logical names to mesh axes.
 
 Parameters carry logical axis names (`embed`, `mlp`, `heads`, `kv_heads`,
-`head_dim`, `vocab`, `layers`); activations use `batch` and `length`. The
+`head_dim`, `vocab`, `layers`); activations use `batch` and `length`, KV
+caches `cache_batch`, `cache_length`, `cache_kv_heads`, `head_dim`. The
 rules table, a sequence of `(logical_name, mesh_axis | tuple | None)`, lives
 in the config and is the only place that decides how anything is split.
 """
@@ -21,6 +22,9 @@ DEFAULT_RULES = (
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
     ("head_dim", None),
+    ("cache_batch", ("data", "fsdp")),
+    ("cache_length", None),
+    ("cache_kv_heads", "tensor"),
 )
 
 

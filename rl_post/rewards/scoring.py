@@ -1,65 +1,159 @@
-"""Reward = weighted sum of per-domain verifier components.
+"""Reward = per-domain weighted sum of named verifier components.
 
-Components: `outcome` (the task was completed) and `format` (the response
-follows <think>...</think><answer>...</answer>). Later components (process,
-efficiency) are added here, each a column of the same table.
+Components of one verdict: `outcome` (Verdict.score, partial credit in
+[0, 1]), `format` (Verdict.format_ok), `process` (mean of the step scores,
+unless the domain reports it itself) and every entry of
+Verdict.components (e.g. `efficiency`). The weights are config data:
+
+    rewards.weights = {"default": {"outcome": 1.0, "format": 0.1},
+                       "code": {"format": 0.0, "efficiency": 0.05}}
+
+A domain's entry overrides single keys of "default" (a config without
+"default" gets outcome 1.0, format 0.1); a component without a weight
+counts 0 but is still logged. A completion whose verification
+failed (an error kind below) has every component 0.
 """
 
 import dataclasses
-from typing import Mapping, Sequence
+import math
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from rl_post.config_sections import check
-from rl_post.tasks import registry
+from rl_post.sandbox.config import SandboxConfig
 from rl_post.tasks.base import Task, Verdict
 
-COMPONENTS = ("outcome", "format")
+ERROR_KINDS = ("timeout", "crash", "verifier_error", "invalid_verdict")
+DEFAULT_WEIGHTS = {"outcome": 1.0, "format": 0.1}
+BASE_COMPONENTS = ("outcome", "format")
+_RESERVED = ("mean", "std", "errors")  # metric names next to reward/<domain>/<component>
+
+
+def _checked_weights(weights: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+  check(isinstance(weights, Mapping), "weights", "must be a mapping domain -> {component: w}",
+        weights)
+  out = {}
+  for domain, table in weights.items():
+    check(isinstance(domain, str) and isinstance(table, Mapping), f"weights.{domain}",
+          "must be a mapping component -> weight", table)
+    for name, w in table.items():
+      field = f"weights.{domain}.{name}"
+      check(isinstance(name, str) and name not in _RESERVED, field,
+            f"needs a component name other than {_RESERVED}", name)
+      check(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w),
+            field, "must be a finite number", w)
+    out[domain] = {k: float(v) for k, v in table.items()}
+  out.setdefault("default", dict(DEFAULT_WEIGHTS))
+  return out
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-  """Weights of the reward components and the verifier time limit."""
-  outcome_weight: float = 1.0
-  format_weight: float = 0.1
-  timeout_s: float = 10.0
+  """The `rewards` config section.
+
+  Attributes:
+    weights: component weights per domain ("default" applies to all).
+    timeout_s: time budget per completion; a batch-verifying domain gets
+      timeout_s x batch size for its batch. Keep it above the sandbox
+      timeout so the sandbox reports slow programs first.
+    num_workers: verifier worker processes (0 = verify in this process, no
+      isolation: only for tests of learning and benchmarks).
+    sandbox: SandboxConfig fields of the sandbox each worker creates on
+      first use and hands to the domains.
+    startup_timeout_s: how long a worker may take to import and start.
+  """
+  weights: Mapping[str, Mapping[str, float]] = dataclasses.field(
+      default_factory=lambda: {"default": dict(DEFAULT_WEIGHTS)})
+  timeout_s: float = 30.0
   num_workers: int = 1
+  sandbox: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  startup_timeout_s: float = 120.0
 
   def __post_init__(self):
+    object.__setattr__(self, "weights", _checked_weights(self.weights))
     check(self.timeout_s > 0, "timeout_s", "must be > 0", self.timeout_s)
-    check(self.num_workers >= 0, "num_workers", "must be >= 0 (0 = in-process)",
-          self.num_workers)
+    check(isinstance(self.num_workers, int) and self.num_workers >= 0, "num_workers",
+          "must be an int >= 0 (0 = in-process)", self.num_workers)
+    check(self.startup_timeout_s > 0, "startup_timeout_s", "must be > 0", self.startup_timeout_s)
+    check(isinstance(self.sandbox, Mapping), "sandbox", "must be a mapping of SandboxConfig fields",
+          self.sandbox)
+    try:
+      self.sandbox_config()
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"sandbox: {e}") from None
+
+  def sandbox_config(self) -> SandboxConfig:
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in self.sandbox.items()}
+    return SandboxConfig(**options)
+
+  def weights_for(self, domain: str) -> dict[str, float]:
+    return {**self.weights["default"], **self.weights.get(domain, {})}
 
 
 @dataclasses.dataclass
 class RewardBatch:
-  """Rewards for N completions, with their components and verdicts."""
+  """Rewards for N completions.
+
+  Attributes:
+    rewards_N: the weighted sum per completion.
+    correct_N: score == 1 and verified without error.
+    components: component name -> [N] values (0 where absent or failed).
+    verdicts: one per completion (a zero-score one for failures).
+    error_kinds: per completion, None or one of ERROR_KINDS.
+    error_counts: kind -> count over this batch (every kind present).
+  """
   rewards_N: np.ndarray
+  correct_N: np.ndarray
   components: dict[str, np.ndarray]
   verdicts: list[Verdict]
-  errors: int = 0  # completions whose verification failed (timeout, crash)
+  error_kinds: list[str | None]
+  error_counts: dict[str, int]
+
+  @property
+  def errors(self) -> int:
+    return sum(self.error_counts.values())
 
 
-def verify_all(tasks: Sequence[Task], completions: Sequence[str],
-               domain_options: Mapping[str, Mapping] | None = None) -> list[Verdict]:
-  """Runs each task's domain verifier; a crashing verifier is a failed verdict."""
-  domains, verdicts = {}, []
-  for task, completion in zip(tasks, completions, strict=True):
-    if task.domain not in domains:
-      domains[task.domain] = registry.make_domain(task.domain,
-                                                  (domain_options or {}).get(task.domain))
-    try:
-      verdicts.append(domains[task.domain].verify(task, completion))
-    except Exception as e:  # a verifier bug must not kill training; it is counted
-      verdicts.append(Verdict(False, False, None, f"verifier error: {type(e).__name__}: {e}"))
-  return verdicts
+def components_of(verdict: Verdict) -> dict[str, float]:
+  """The named components of one verdict (see the module docstring)."""
+  out = {"outcome": verdict.score, "format": float(verdict.format_ok)}
+  if verdict.step_scores and "process" not in verdict.components:
+    out["process"] = float(np.mean([s for _, _, s in verdict.step_scores]))
+  out.update(verdict.components)
+  return out
 
 
-def combine(verdicts: Sequence[Verdict], config: RewardConfig) -> RewardBatch:
-  outcome = np.array([v.correct for v in verdicts], np.float32)
-  fmt = np.array([v.format_ok for v in verdicts], np.float32)
-  rewards = config.outcome_weight * outcome + config.format_weight * fmt
-  errors = sum(v.error is not None and v.error.startswith(("verifier error", "timeout"))
-               for v in verdicts)
-  return RewardBatch(rewards_N=rewards, components={"outcome": outcome, "format": fmt},
-                     verdicts=list(verdicts), errors=errors)
+def combine(tasks: Sequence[Task], verdicts: Sequence[Verdict],
+            error_kinds: Sequence[str | None], config: RewardConfig) -> RewardBatch:
+  """The RewardBatch for verdicts of `tasks` (error_kinds[i] set = failed)."""
+  n = len(tasks)
+  if not n == len(verdicts) == len(error_kinds):
+    raise ValueError(f"{n} tasks, {len(verdicts)} verdicts, {len(error_kinds)} error kinds")
+  unknown = set(error_kinds) - set(ERROR_KINDS) - {None}
+  if unknown:
+    raise ValueError(f"unknown error kinds {sorted(unknown)}; known: {ERROR_KINDS}")
+  per_item = [{} if kind else components_of(v) for v, kind in zip(verdicts, error_kinds)]
+  names = set(BASE_COMPONENTS).union(*per_item)
+  components = {k: np.array([c.get(k, 0.0) for c in per_item], np.float32) for k in sorted(names)}
+  rewards_N = np.zeros(n, np.float32)
+  for i, (task, c) in enumerate(zip(tasks, per_item)):
+    weights = config.weights_for(task.domain)
+    rewards_N[i] = sum(weights.get(k, 0.0) * value for k, value in c.items())
+  correct_N = np.array([kind is None and v.correct for v, kind in zip(verdicts, error_kinds)],
+                       bool)
+  counts = {kind: int(sum(k == kind for k in error_kinds)) for kind in ERROR_KINDS}
+  return RewardBatch(rewards_N=rewards_N, correct_N=correct_N, components=components,
+                     verdicts=list(verdicts), error_kinds=list(error_kinds), error_counts=counts)
+
+
+def reward_metrics(tasks: Sequence[Task], batch: RewardBatch, prefix: str = "reward") -> dict:
+  """`<prefix>/<domain>/<component>` means and `<prefix>/errors/<kind>` counts."""
+  metrics = {f"{prefix}/errors/{kind}": count for kind, count in batch.error_counts.items()}
+  domains = np.array([t.domain for t in tasks])
+  for domain in sorted(set(domains.tolist())):
+    sel = domains == domain
+    metrics[f"{prefix}/{domain}/mean"] = float(batch.rewards_N[sel].mean())
+    for name, values in batch.components.items():
+      metrics[f"{prefix}/{domain}/{name}"] = float(values[sel].mean())
+  return metrics

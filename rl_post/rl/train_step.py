@@ -26,6 +26,7 @@ from rl_post.rl.config import RLConfig
 from rl_post.rl.critic import critic_values
 from rl_post.rl.logprobs import chunked_token_logprobs, hidden_states, output_matrix_ExV
 from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.training import guard
 
 
 def batch_ndims(rl: RLConfig) -> dict[str, int]:
@@ -91,24 +92,37 @@ def accumulated_grads(loss_fn, params, critic, batch, grad_accum: int):
 
 def make_rl_train_step(model_config, rl: RLConfig, optimizer, critic_optimizer=None,
                        context_mesh=None):
-  """Pure `train_step(state, batch) -> (state, metrics)`; updates the critic if there is one."""
+  """Pure `train_step(state, batch) -> (state, metrics)`; updates the critic if there is one.
+
+  Like `rl_post.training.step.make_train_step`, an update whose loss or norms
+  are not finite is skipped and reported as `metrics["guard/skipped"]`.
+  """
   loss_fn = make_rl_loss(model_config, rl, context_mesh)
 
   def train_step(state, batch):
     loss, metrics, (grads, critic_grads) = accumulated_grads(
         loss_fn, state.params, state.critic, batch, rl.grad_accum)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads),
-                   update_norm=optax.tree.norm(updates))
-    new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    grad_norm, update_norm = optax.tree.norm(grads), optax.tree.norm(updates)
+    metrics = dict(metrics, loss=loss, grad_norm=grad_norm, update_norm=update_norm)
+    new = (optax.apply_updates(state.params, updates), opt_state)
+    old = (state.params, state.opt_state)
+    norms = [loss, grad_norm, update_norm]
     if state.critic is not None:
       c_updates, c_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state,
                                                        state.critic)
-      new = new.replace(critic=optax.apply_updates(state.critic, c_updates),
-                        critic_opt_state=c_opt_state)
+      new += (optax.apply_updates(state.critic, c_updates), c_opt_state)
+      old += (state.critic, state.critic_opt_state)
       metrics["critic_grad_norm"] = optax.tree.norm(critic_grads)
-    return new, metrics
+      norms.append(metrics["critic_grad_norm"])
+    # A non-finite update is skipped (state unchanged, step advances): rl_post.training.guard.
+    ok = guard.all_finite(*norms)
+    kept = guard.select(ok, new, old)
+    metrics["guard/skipped"] = 1.0 - ok.astype(loss.dtype)
+    state = state.replace(step=state.step + 1, params=kept[0], opt_state=kept[1])
+    if state.critic is not None:
+      state = state.replace(critic=kept[2], critic_opt_state=kept[3])
+    return state, metrics
 
   return train_step
 

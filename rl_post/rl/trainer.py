@@ -6,9 +6,12 @@ One iteration, as data (N = B prompts x G generations):
   reward pool (worker processes) -> rewards [N]                (overlaps ref logp)
   rl.algorithm's estimator      -> adv [N, T]   (registry entry; critic values for PPO)
   train_step x epochs x minibatches                            (jitted, donated)
-Checkpoints hold the TrainState and the iteration count; task batches and
-sampling keys are functions of (seed, iteration), so a resumed run repeats
-exactly what an uninterrupted one would have done.
+With dynamic filtering (`filtering.enabled`), further rounds of B prompts
+are drawn until B groups with unequal rewards are in hand (rl/filtering.py).
+Checkpoints hold the TrainState, the iteration count and the mixture's
+curriculum state; task batches and sampling keys are functions of (seed,
+iteration, round) and that state, so a resumed run repeats exactly what an
+uninterrupted one would have done.
 """
 
 import os
@@ -18,26 +21,31 @@ import jax
 import numpy as np
 from absl import logging
 
-from rl_post.checkpoint.manager import CheckpointManager
+from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
-from rl_post.data import batching
-from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.data import batching, domain_stats, eval_sets
+from rl_post.data.mixture import TaskConfig
+from rl_post.errors import MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
-from rl_post.rewards.scoring import RewardConfig
-from rl_post.rl import critic as critic_lib
+from rl_post.rewards.scoring import RewardConfig, reward_metrics
 from rl_post.rl import config as rl_config
+from rl_post.rl import critic as critic_lib
+from rl_post.rl import filtering
 from rl_post.rl.config import RLConfig
 from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
                                    make_value_fn, rollout_batch)
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.training import state as state_lib
+from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
+from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.preemption import SigtermFlag
 from rl_post.training.run import RunContext, pretrained_params, setup_run
 from rl_post.training.step import jit_train_step
 
@@ -46,7 +54,14 @@ def _initial_params(ctx: RunContext, rl: RLConfig):
   """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init)."""
   if not rl.init_from:
     return pretrained_params(ctx)
-  stored = load_model_config(rl.init_from)
+  if not os.path.isdir(rl.init_from):
+    raise MissingInputError("rl.init_from", rl.init_from,
+                            "is not a directory; point it at the export/ folder of a finished "
+                            "SFT run")
+  try:
+    stored = load_model_config(rl.init_from)
+  except FileNotFoundError as e:
+    raise MissingInputError("rl.init_from", rl.init_from, str(e)) from None
   if stored != ctx.model_config:
     diff = {k: (v, getattr(ctx.model_config, k)) for k, v in stored.to_dict().items()
             if getattr(ctx.model_config, k) != v}
@@ -61,18 +76,16 @@ def _rollout_metrics(tasks_N, reward_batch, rollout, rl: RLConfig) -> dict:
   groups = rewards.reshape(-1, rl.num_generations)
   metrics = {
       "reward/mean": rewards.mean(), "reward/std": rewards.std(),
-      "reward/errors": reward_batch.errors,
-      "reward/timeout_frac": float(np.mean([v.error == "timeout" for v in reward_batch.verdicts])),
       "groups/zero_std_frac": float((groups.std(axis=1) == 0).mean()),
       "response_len/mean": rollout.response_lens_B.mean(),
       "response_len/max": rollout.response_lens_B.max(),
       "response/truncated_frac": 1.0 - rollout.finished_B.mean(),
   }
+  metrics.update(reward_metrics(tasks_N, reward_batch))  # reward/<domain>/<component>, errors
   domains = np.array([t.domain for t in tasks_N])
   for domain in sorted(set(domains.tolist())):
     sel = domains == domain
-    metrics[f"reward/{domain}/mean"] = rewards[sel].mean()
-    metrics[f"pass_rate/{domain}"] = reward_batch.components["outcome"][sel].mean()
+    metrics[f"pass_rate/{domain}"] = reward_batch.correct_N[sel].mean()
     metrics[f"format_rate/{domain}"] = reward_batch.components["format"][sel].mean()
   return metrics
 
@@ -86,6 +99,9 @@ class _Components:
     self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
     self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
     self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
+    self.filtering = from_section(filtering.FilterConfig, config.get("filtering"), "filtering")
+    self.guard = from_section(GuardConfig, config.get("guard"), "guard")
+    self.faults = from_section(FaultsConfig, config.get("faults"), "faults")
     divisor = ctx.batch_divisor()
     minibatch = rl.rollouts_per_step // rl.num_minibatches
     if minibatch % divisor:
@@ -93,27 +109,28 @@ class _Components:
                        f"num_minibatches) must be a multiple of the mesh batch axes ({divisor})")
     self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature)
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True)
-    self.mixture = TaskMixture(self.tasks, int(config.seed))
+    self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,
                                                      rules)
     self.critic_optimizer = None
-    cp_mesh = mesh_lib.context_mesh(mesh)
-    if rl.uses_critic:
+    if rl.uses_critic:  # the algorithm's extra state: critic params and their optimizer
       self.critic_optimizer = critic_lib.make_critic_optimizer(self.opt,
                                                                rl.algo.critic_learning_rate)
       self.state_shardings = critic_lib.with_critic_shardings(
           self.state_shardings, rl.algo.critic, ctx.model_config, self.critic_optimizer, mesh,
           rules)
-      self.value_fn = jax.jit(make_value_fn(ctx.model_config, rl, cp_mesh))
     self.batch_sharding = {k: sharding.batch_sharding(mesh, rules, nd)
                            for k, nd in batch_ndims(rl).items()}
+    cp_mesh = mesh_lib.context_mesh(mesh)
     self.step_fn = jit_train_step(
         make_rl_train_step(ctx.model_config, rl, self.optimizer, self.critic_optimizer,
                            cp_mesh),
         self.state_shardings, self.batch_sharding)
     self.ref_fn = jax.jit(make_ref_logprobs(ctx.model_config, rl, cp_mesh))
+    if rl.uses_critic:
+      self.value_fn = jax.jit(make_value_fn(ctx.model_config, rl, cp_mesh))
 
   def abstract_state(self):
     """The checkpoint restore target (with the critic when the algorithm has one)."""
@@ -128,7 +145,7 @@ class _Components:
     return sharding.shard_batch(tree, self.ctx.mesh, self.ctx.rules)
 
 
-def _evaluate_heldout(c: _Components, params, step: int) -> dict:
+def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> dict:
   """Held-out completion rate, greedy and sampled at the training temperature."""
   if not c.mixture.heldout:
     return {}
@@ -138,8 +155,44 @@ def _evaluate_heldout(c: _Components, params, step: int) -> dict:
                       sampling=sampling, max_prompt_len=c.rl.max_prompt_len,
                       batch_size=c.rl.rollouts_per_step,
                       rng=jax.random.fold_in(c.ctx.key("eval"), step), shard=c.shard,
-                      domain_options=c.tasks.domain_options)
+                      reward_pool=pool)
     metrics.update(eval_metrics(result, prefix))
+  return metrics
+
+
+def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
+  """One round of B prompts x G generations, scored (round 0: the step's batch)."""
+  rl, tok, ctx = c.rl, c.ctx.tokenizer, c.ctx
+  key = jax.random.fold_in(ctx.key("rollout"), it)
+  with timer("rollout"):
+    tasks = c.mixture.sample(it, rl.batch_size, round=rnd)
+    tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
+    prompts, lens = batching.encode_prompts(tok, tasks_N, rl.max_prompt_len)
+    prompts, lens = c.shard((prompts, lens))
+    if rnd:  # refill rounds of dynamic filtering; round 0 keeps the unfiltered key
+      key = jax.random.fold_in(key, rnd)
+    rollout = generate(state.params, prompts, lens, key,
+                       model_config=ctx.model_config, config=c.sampling,
+                       eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
+    host = jax.device_get(rollout)
+  with timer("reward"):
+    pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
+    ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
+    values = (c.value_fn(state.params, state.critic, rollout.tokens_BxT)
+              if c.rl.uses_critic else None)
+    rewards = pending.result()
+  return dict(tasks_N=tasks_N, host=host, rewards=rewards,
+              ref_logp=None if ref_logp is None else np.asarray(ref_logp),
+              values=None if values is None else np.asarray(values))
+
+
+def _update_mixture(c: _Components, scored: dict) -> dict:
+  """Feeds every scored round to the curriculum; returns per-domain/difficulty stats."""
+  rewards = scored["rewards"]
+  c.mixture.update(scored["tasks_N"], domain_stats.passed(rewards.verdicts))
+  metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts, rewards.rewards_N,
+                                        rewards.components)
+  metrics.update(c.mixture.curriculum_metrics())
   return metrics
 
 
@@ -159,48 +212,72 @@ def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) `config.rl.algorithm`; returns the final metrics."""
   c = _Components(config, workdir)
-  ctx, rl, tok = c.ctx, c.rl, c.ctx.tokenizer
-  init_params = _initial_params(ctx, rl)
-  state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
-                                       ctx.key("init"), params=init_params)
-  if c.critic_optimizer is not None:
-    state = critic_lib.attach_critic(state, rl.algo.critic, ctx.model_config,
-                                     c.critic_optimizer, c.state_shardings)
+  ctx, rl = c.ctx, c.rl
+
+  def fresh_state():
+    state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
+                                         ctx.key("init"), params=_initial_params(ctx, rl))
+    if c.critic_optimizer is None:
+      return state
+    return critic_lib.attach_critic(state, rl.algo.critic, ctx.model_config, c.critic_optimizer,
+                                    c.state_shardings)
+
+  state = fresh_state()
+  initial_mixture = c.mixture.state_dict()
   ref_params = None
   if rl.needs_reference:  # frozen copy of the starting policy, optionally in bf16
     ref_params = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(rl.ref_dtype), p))(
         state.params)
-  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3)
+  fault_log = FaultLog(workdir)
+  injector = FaultInjector(c.faults, fault_log)
+  guard = NonFiniteGuard(c.guard, fault_log)
+  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3,
+                                  on_event=fault_log.record)
+
+  def restore_latest():
+    """(state, iteration) of the newest good checkpoint, or the initial state."""
+    if checkpoints.latest_step() is None:
+      c.mixture.load_state_dict(initial_mixture)
+      return fresh_state(), 0
+    try:
+      restored, extra = checkpoints.restore(c.abstract_state(), fallback=True)
+    except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
+      logging.warning("%s\nstarting again from the initial state", e)
+      c.mixture.load_state_dict(initial_mixture)
+      return fresh_state(), 0
+    if "mixture" in extra:
+      c.mixture.load_state_dict(extra["mixture"])
+    else:
+      c.mixture.load_state_dict(initial_mixture)
+      if c.tasks.curriculum.enabled:
+        logging.warning("checkpoint has no mixture state: the curriculum restarts")
+    return restored, int(extra["rl_step"])
+
+  def save(done: int):
+    checkpoints.save(done, state, extra={"rl_step": done, "mixture": c.mixture.state_dict()},
+                     force=True)
+
   start = 0
   if checkpoints.latest_step() is not None:
-    state, extra = checkpoints.restore(c.abstract_state(), fallback=True)
-    start = int(extra["rl_step"])
+    state, start = restore_latest()
     logging.info("resumed from iteration %d", start)
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = RewardPool(c.rewards, c.tasks.domain_options)
   timer = StepTimer()
   last_metrics = {}
+  preempt = SigtermFlag().__enter__()
+  it = start
   try:
-    for it in range(start, rl.num_steps):
+    while it < rl.num_steps:
       step_start = time.perf_counter()
-      with timer("rollout"):
-        tasks = c.mixture.sample(it, rl.batch_size)
-        tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
-        prompts, lens = batching.encode_prompts(tok, tasks_N, rl.max_prompt_len)
-        prompts, lens = c.shard((prompts, lens))
-        rollout = generate(state.params, prompts, lens, jax.random.fold_in(ctx.key("rollout"), it),
-                           model_config=ctx.model_config, config=c.sampling,
-                           eos_id=tok.eos_id, pad_id=tok.pad_id)
-        host = jax.device_get(rollout)
-      with timer("reward"):
-        pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT,
-                                                                 host.mask_BxT))
-        ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
-        values = (c.value_fn(state.params, state.critic, rollout.tokens_BxT)
-                  if rl.uses_critic else None)
-        rewards = pending.result()
-      batch = rollout_batch(rl, host.tokens_BxT, host.mask_BxT, host.logp_BxT,
+      picked, scored, filter_metrics = filtering.collect(
+          lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
+          lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
+      tasks_N, host, rewards, ref_logp, values = (
+          picked[k] for k in ("tasks_N", "host", "rewards", "ref_logp", "values"))
+      batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT,
                             rewards.rewards_N, ref_logp_NxT=ref_logp, values_NxT=values)
+      batch = injector.poison(it + 1, batch, "adv")
       with timer("train"):
         step_metrics = []
         for mb in _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it)):
@@ -208,7 +285,19 @@ def train(config, workdir: str) -> dict:
           step_metrics.append(m)
         step_metrics = jax.device_get(step_metrics)
       metrics = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
+      skipped = int(sum(m["guard/skipped"] for m in step_metrics))
+      if guard.observe(it + 1, skipped):
+        state, restored_at = restore_latest()
+        guard.rolled_back(it + 1, restored_at)
+        logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
+                        "iteration %d", it + 1, c.guard.max_nonfinite_steps, restored_at)
+        writer.truncate_after(restored_at)
+        timer.reset()
+        it = restored_at
+        continue
       metrics.update(_rollout_metrics(tasks_N, rewards, host, rl))
+      metrics.update(filter_metrics)
+      metrics.update(_update_mixture(c, scored))
       metrics.update(timer.metrics())
       timer.reset()
       elapsed = time.perf_counter() - step_start
@@ -218,7 +307,8 @@ def train(config, workdir: str) -> dict:
       done = it + 1
       if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
         with timer("eval"):
-          metrics.update(_evaluate_heldout(c, state.params, done))
+          metrics.update(_evaluate_heldout(c, state.params, done, pool))
+      metrics.update(guard.metrics(), **fault_log.metrics())
       writer.write(done, metrics)
       logging.info("rl step %d: reward %.3f pass %.3f kl %s len %.1f (%.2fs)", done,
                    metrics["reward/mean"], np.mean([v for k, v in metrics.items()
@@ -226,10 +316,21 @@ def train(config, workdir: str) -> dict:
                    f"{metrics['kl']:.4f}" if "kl" in metrics else "-",
                    metrics["response_len/mean"], elapsed)
       if done % rl.checkpoint_every == 0 or done == rl.num_steps:
-        checkpoints.save(done, state, extra={"rl_step": done}, force=True)
+        save(done)
+        injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
       last_metrics = metrics
+      injector.after_step(done)
+      it = done
+      if preempt.requested and it < rl.num_steps:
+        if checkpoints.latest_step() != done:
+          save(done)
+        fault_log.record("sigterm_checkpointed", done)
+        logging.warning("SIGTERM: saved checkpoint at iteration %d; exiting", done)
+        break
   finally:
+    preempt.__exit__()
     checkpoints.close()
     writer.close()
     pool.close()
-  return {"state": state, "metrics": last_metrics, "context": ctx}
+  return {"state": state, "metrics": last_metrics, "context": ctx,
+          "preempted": it < rl.num_steps}

@@ -19,14 +19,15 @@ fail.
 import ast
 import dataclasses
 import json
-import math
 import secrets
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from rl_post.sandbox import request as request_lib
+from rl_post.sandbox import values
 
-_KINDS = ("eq", "is", "truthy", "falsy")
-_MAX_DEPTH = 64
+decode_value = values.decode_value
+
+_KINDS = ("eq", "typed", "predicate", "is", "truthy", "falsy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +39,22 @@ class FunctionCase:
       bound to the entry point), e.g. ``"candidate([1, 2], 3)"``.
     expected: plain value (None, bool, int, float, str, bytes, list, tuple,
       dict, set, frozenset) compared with the decoded result.
-    kind: "eq" (==, with `tolerance` for floats), "is" (True/False/None),
-      "truthy" or "falsy".
-    tolerance: absolute tolerance for float comparisons (kind "eq").
+    kind: "eq" (==, with `tolerance` for floats), "typed" (== with the
+      same container and scalar types at every level, bool never equal to
+      int; ints and floats compare as numbers within `tolerance`), "is"
+      (True/False/None), "truthy", "falsy", or "predicate" (`predicate`, a
+      trusted host-side function, accepts the decoded value; for answers
+      that are not unique, such as any root of a polynomial).
+    tolerance: absolute tolerance for float comparisons (kinds "eq",
+      "typed"; relative too for "typed").
+    predicate: for kind "predicate", value -> bool, run here on the
+      decoded plain value (never on the candidate's objects).
   """
   expr: str
   expected: Any = None
   kind: str = "eq"
   tolerance: Optional[float] = None
+  predicate: Optional[Callable[[Any], bool]] = None
 
   def __post_init__(self):
     if not isinstance(self.expr, str) or not self.expr.strip():
@@ -54,6 +63,9 @@ class FunctionCase:
     if self.kind not in _KINDS:
       raise ValueError(f"FunctionCase.kind must be one of {_KINDS}, got "
                        f"{self.kind!r}")
+    if (self.kind == "predicate") != (self.predicate is not None):
+      raise ValueError("FunctionCase.predicate is required for kind "
+                       "'predicate' and only allowed there")
     try:
       ast.parse(self.expr, mode="eval")
     except SyntaxError as e:
@@ -201,58 +213,11 @@ _rl_post_driver(%(nonce)r, %(exprs)s, %(entry_point)r)
 '''
 
 
-# -- decoding and comparison (host side) -------------------------------------
-class _DecodeError(Exception):
-  pass
-
-
-def _decode(v, depth=0):
-  if depth > _MAX_DEPTH:
-    raise _DecodeError("nested too deeply")
-  if v is None or type(v) in (bool, int, float, str):
-    return v
-  if type(v) is not dict or len(v) != 1:
-    raise _DecodeError(f"not a tagged value: {type(v).__name__}")
-  (tag, body), = v.items()
-  if tag == "B" and type(body) is str:
-    return bytes.fromhex(body)
-  if type(body) is not list:
-    raise _DecodeError(f"bad body for tag {tag!r}")
-  if tag == "L":
-    return [_decode(x, depth + 1) for x in body]
-  if tag == "T":
-    return tuple(_decode(x, depth + 1) for x in body)
-  if tag in ("S", "F"):
-    items = [_decode(x, depth + 1) for x in body]
-    try:
-      return set(items) if tag == "S" else frozenset(items)
-    except TypeError:
-      raise _DecodeError("unhashable set element") from None
-  if tag == "D":
-    out = {}
-    for pair in body:
-      if type(pair) is not list or len(pair) != 2:
-        raise _DecodeError("bad dict item")
-      try:
-        out[_decode(pair[0], depth + 1)] = _decode(pair[1], depth + 1)
-      except TypeError:
-        raise _DecodeError("unhashable dict key") from None
-    return out
-  raise _DecodeError(f"unknown tag {tag!r}")
-
-
-def _close(actual, expected, tol):
-  if isinstance(expected, float) or isinstance(actual, float):
-    if type(actual) not in (int, float) or type(expected) not in (int, float):
-      return False
-    return math.isclose(actual, expected, rel_tol=0.0, abs_tol=tol)
-  if type(actual) in (list, tuple) and type(actual) is type(expected):
-    return len(actual) == len(expected) and all(
-        _close(a, e, tol) for a, e in zip(actual, expected))
-  return actual == expected
-
-
 def _check(case, value):
+  if case.kind == "predicate":
+    return bool(case.predicate(value))
+  if case.kind == "typed":
+    return values.typed_equal(value, case.expected, case.tolerance or 0.0)
   if case.kind == "is":
     return value is case.expected
   if case.kind == "truthy":
@@ -260,23 +225,30 @@ def _check(case, value):
   if case.kind == "falsy":
     return not value
   if case.tolerance is not None:
-    return _close(value, case.expected, case.tolerance)
+    return values.close_enough(value, case.expected, case.tolerance)
   return value == case.expected
 
 
-def grade_python_tests(sandbox, program, tests, *, entry_point=None,
-                       timeout_s=None, memory_mb=None):
-  """Runs `program` against `tests` in `sandbox`; the verdict is made here.
+@dataclasses.dataclass(frozen=True)
+class PreparedTests:
+  """One grading run, built but not yet executed (see `prepare_python_tests`).
 
-  Args:
-    sandbox: a Sandbox.
-    program: the candidate's Python source (str or bytes).
-    tests: assert source (see parse_assert_tests) or FunctionCases.
-    entry_point: name bound to ``candidate`` in test expressions.
-    timeout_s, memory_mb: limits for the whole run (all cases).
+  `request` goes to the sandbox (alone or in a `run_many` batch); `nonce`
+  and `cases` (with the expected values) stay here for `score_python_tests`.
+  """
+  request: request_lib.RunRequest
+  nonce: str
+  cases: Tuple[FunctionCase, ...]
 
+
+def prepare_python_tests(program, tests, *, entry_point=None, timeout_s=None,
+                         memory_mb=None):
+  """The sandbox request that grades `program` against `tests`.
+
+  Args: as `grade_python_tests`, without the sandbox.
   Returns:
-    GradeResult; `all_passed` only if every expected case passed.
+    PreparedTests; run `.request`, then pass the ExecResult to
+    `score_python_tests`.
   """
   if isinstance(program, bytes):
     program_bytes = program
@@ -294,11 +266,17 @@ def grade_python_tests(sandbox, program, tests, *, entry_point=None,
     raise ValueError(f"entry_point must be an identifier, got "
                      f"{entry_point!r}")
   nonce = secrets.token_hex(16)
-  driver = _DRIVER % {"nonce": nonce, "max_depth": _MAX_DEPTH,
+  driver = _DRIVER % {"nonce": nonce, "max_depth": values.MAX_DEPTH,
                       "exprs": repr([c.expr for c in cases]),
                       "entry_point": entry_point}
-  res = sandbox.run(driver, files={"solution.py": program_bytes},
-                    timeout_s=timeout_s, memory_mb=memory_mb)
+  req = request_lib.RunRequest(driver, files={"solution.py": program_bytes},
+                               timeout_s=timeout_s, memory_mb=memory_mb)
+  return PreparedTests(req, nonce, tuple(cases))
+
+
+def score_python_tests(prepared, res):
+  """The GradeResult of `prepared` given its run's ExecResult `res`."""
+  cases, nonce = prepared.cases, prepared.nonce
   total = len(cases)
   record = res.files.get(".rl_post_result_" + nonce)
   details = []
@@ -310,27 +288,49 @@ def grade_python_tests(sandbox, program, tests, *, entry_point=None,
     if (type(parsed) is not dict or parsed.get("nonce") != nonce or
         type(parsed.get("results")) is not list or
         len(parsed["results"]) != total):
-      raise _DecodeError("record does not match this run")
+      raise values.DecodeError("record does not match this run")
     entries = parsed["results"]
-  except (ValueError, UnicodeDecodeError, RecursionError, _DecodeError) as e:
+  except (ValueError, UnicodeDecodeError, RecursionError, values.DecodeError) as e:
     return GradeResult(0, total, False, res.status,
                        (f"bad result record: {e}",) * total, (res,))
   passed = 0
   for case, entry in zip(cases, entries):
     try:
       if type(entry) is not list or len(entry) != 2 or entry[0] is not True:
-        raise _DecodeError(str(entry[1] if type(entry) is list and
+        raise values.DecodeError(str(entry[1] if type(entry) is list and
                                len(entry) == 2 else "bad entry")[:300])
-      value = _decode(entry[1])
+      value = values.decode(entry[1])
       good = _check(case, value)
       details.append("pass" if good else f"fail: {case.expr} -> "
                      f"{repr(value)[:200]}")
       passed += good
-    except (_DecodeError, RecursionError, ValueError) as e:
+    except (values.DecodeError, RecursionError, ValueError) as e:
       details.append(f"fail: {case.expr}: {e}")
   all_passed = passed == total and res.status == "ok"
   return GradeResult(passed, total, all_passed, res.status, tuple(details),
                      (res,))
+
+
+def grade_python_tests(sandbox, program, tests, *, entry_point=None,
+                       timeout_s=None, memory_mb=None):
+  """Runs `program` against `tests` in `sandbox`; the verdict is made here.
+
+  Args:
+    sandbox: a Sandbox.
+    program: the candidate's Python source (str or bytes).
+    tests: assert source (see parse_assert_tests) or FunctionCases.
+    entry_point: name bound to ``candidate`` in test expressions.
+    timeout_s, memory_mb: limits for the whole run (all cases).
+
+  Returns:
+    GradeResult; `all_passed` only if every expected case passed.
+  """
+  prepared = prepare_python_tests(program, tests, entry_point=entry_point,
+                                  timeout_s=timeout_s, memory_mb=memory_mb)
+  req = prepared.request
+  res = sandbox.run(req.code, files=req.files, timeout_s=req.timeout_s,
+                    memory_mb=req.memory_mb)
+  return score_python_tests(prepared, res)
 
 
 def _normalise(text, compare):

@@ -15,7 +15,7 @@ import numpy as np
 from absl import logging
 
 from rl_post import models
-from rl_post.checkpoint.manager import CheckpointManager
+from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
 from rl_post.checkpoint.params import save_params
 from rl_post.config_sections import check, from_section
 from rl_post.data import batching
@@ -26,7 +26,10 @@ from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rl.logprobs import token_logprobs_from_logits
 from rl_post.training import state as state_lib
+from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
+from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.preemption import SigtermFlag
 from rl_post.training.run import pretrained_params, setup_run
 from rl_post.training.step import jit_train_step, make_train_step
 
@@ -98,26 +101,58 @@ def train(config, workdir: str) -> dict:
   step_fn = jit_train_step(
       make_train_step(make_sft_loss(ctx.model_config, mesh_lib.context_mesh(ctx.mesh)), optimizer),
       shardings, batch_sharding)
-  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=2)
-  resuming = checkpoints.latest_step() is not None
-  state = state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
-                                       ctx.key("init"),
-                                       params=None if resuming else pretrained_params(ctx))
-  if resuming:
+  guard_config = from_section(GuardConfig, config.get("guard"), "guard")
+  faults = from_section(FaultsConfig, config.get("faults"), "faults")
+  if faults.nonfinite_loss_at_steps:
+    raise ValueError("faults.nonfinite_loss_at_steps is only supported by the RL trainer "
+                     f"(SFT batches have no float input to poison), got "
+                     f"{faults.nonfinite_loss_at_steps}")
+  fault_log = FaultLog(workdir)
+  injector = FaultInjector(faults, fault_log)
+  guard = NonFiniteGuard(guard_config, fault_log)
+  checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=2,
+                                  on_event=fault_log.record)
+
+  def fresh_state():
+    return state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
+                                        ctx.key("init"), params=pretrained_params(ctx))
+
+  def restore_latest():
+    """The newest good checkpoint's state, or the initial one."""
+    if checkpoints.latest_step() is None:
+      return fresh_state()
     abstract = state_lib.abstract_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
-    state, _ = checkpoints.restore(abstract, fallback=True)
-    logging.info("resumed SFT at step %d", int(state.step))
+    try:
+      return checkpoints.restore(abstract, fallback=True)[0]
+    except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
+      logging.warning("%s\nstarting again from the initial state", e)
+      return fresh_state()
+
+  state = restore_latest()
   start = int(state.step)
+  if start:
+    logging.info("resumed SFT at step %d", start)
   writer = MetricWriter(workdir, truncate_after_step=start)
   timer = StepTimer()
   metrics = {}
+  preempt = SigtermFlag().__enter__()
+  it = start
   try:
-    for it in range(start, sft.num_steps):
+    while it < sft.num_steps:
       with timer("step"):
         batch, dropped = demonstration_batch(mixture, ctx.tokenizer, it, sft)
         state, metrics = step_fn(state, jax.device_put(batch, batch_sharding))
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      if guard.observe(it + 1, int(metrics["guard/skipped"])):
+        state = restore_latest()
+        guard.rolled_back(it + 1, int(state.step))
+        logging.warning("sft step %d: rolled back to step %d", it + 1, int(state.step))
+        writer.truncate_after(int(state.step))
+        timer.reset()
+        it = int(state.step)
+        continue
       metrics.update(timer.metrics(), **{"data/dropped_examples": dropped})
+      metrics.update(guard.metrics(), **fault_log.metrics())
       timer.reset()
       done = it + 1
       writer.write(done, metrics)
@@ -126,8 +161,21 @@ def train(config, workdir: str) -> dict:
                      metrics["token_accuracy"])
       if done % sft.checkpoint_every == 0 or done == sft.num_steps:
         checkpoints.save(done, state, force=True)
+        injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
+      injector.after_step(done)
+      it = done
+      if preempt.requested and it < sft.num_steps:
+        if checkpoints.latest_step() != done:
+          checkpoints.save(done, state, force=True)
+        fault_log.record("sigterm_checkpointed", done)
+        logging.warning("SIGTERM: saved checkpoint at step %d; exiting", done)
+        break
   finally:
+    preempt.__exit__()
     checkpoints.close()
     writer.close()
+  if it < sft.num_steps:  # stopped by SIGTERM; no export yet
+    return {"state": state, "metrics": metrics, "export_dir": None, "context": ctx,
+            "preempted": True}
   export = save_params(os.path.join(workdir, EXPORT_DIR), ctx.model_config, state.params)
   return {"state": state, "metrics": metrics, "export_dir": export, "context": ctx}

@@ -5,13 +5,30 @@ A name is either a registered one ("arithmetic") or an import path
 also load inside the reward worker processes without registration code.
 """
 
+import functools
 import importlib
 from typing import Any, Callable, Mapping
 
+from rl_post.tasks import reasoning_gym
 from rl_post.tasks.arithmetic import Arithmetic
 from rl_post.tasks.base import Domain
+from rl_post.tasks.code import Code  # sandbox-executed domains
+from rl_post.tasks.countdown import Countdown
+from rl_post.tasks.extraction import Extraction
+from rl_post.tasks.humaneval import HumanEval
+from rl_post.tasks.math import Math
+from rl_post.tasks.retrieval import Retrieval
+from rl_post.tasks.shell import Shell
+from rl_post.tasks.sql import Sql
 
 _FACTORIES: dict[str, Callable[..., Domain]] = {"arithmetic": Arithmetic}
+_FACTORIES.update({d.name: d for d in (Code, HumanEval, Shell, Sql)})  # sandbox-executed domains
+_FACTORIES["countdown"] = Countdown
+_FACTORIES["math"] = Math
+_FACTORIES["extraction"] = Extraction
+_FACTORIES["retrieval"] = Retrieval
+_FACTORIES.update({name: functools.partial(reasoning_gym.ReasoningGymDomain, name[len("rg/"):])
+                   for name in reasoning_gym.domain_names()})
 
 
 def register(name: str, factory: Callable[..., Domain]):

@@ -8,6 +8,7 @@ sharding rules, the model config and the tokenizer.
 import dataclasses
 import json
 import os
+import tempfile
 from typing import Any
 
 import jax
@@ -15,6 +16,7 @@ import ml_collections
 
 from rl_post.data.hf_tokenizer import load_tokenizer
 from rl_post.data.tokenizer import Tokenizer
+from rl_post.errors import ConfigError, MissingInputError
 from rl_post.models import ModelConfig
 from rl_post.models import pretrained
 from rl_post.parallel import mesh as mesh_lib
@@ -25,8 +27,29 @@ def config_to_json(config: ml_collections.ConfigDict) -> str:
   return json.dumps(config.to_dict(), indent=2, sort_keys=True, default=repr)
 
 
+def ensure_workdir(workdir: str, flag: str = "--workdir") -> str:
+  """Creates `workdir` if needed and checks that files can be written in it.
+
+  Raises:
+    ConfigError: naming `flag`, when the path is a file, cannot be created or
+      is not writable (checked by writing, so read-only mounts count too).
+  """
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(flag, workdir, "is a file, not a directory")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(flag, workdir, f"cannot be created ({e.strerror})") from None
+  try:
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
+  except OSError as e:
+    raise ConfigError(flag, workdir, f"is not writable ({e.strerror})") from None
+  return workdir
+
+
 def write_config(workdir: str, config: ml_collections.ConfigDict):
-  os.makedirs(workdir, exist_ok=True)
+  ensure_workdir(workdir)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config_to_json(config))
 
@@ -35,6 +58,13 @@ def pretrained_path(config: ml_collections.ConfigDict) -> str:
   """`config.pretrained.path` (a .gguf file or HF checkpoint dir), or ""."""
   section = config.get("pretrained")
   return (section.get("path") or "") if section else ""
+
+
+def padded_vocab_size(vocab_size: int, config: ml_collections.ConfigDict) -> int:
+  """`vocab_size` rounded up to a multiple of `mesh.tensor` (the vocab axis is split over it)."""
+  tensor = int(config.get("mesh", {}).get("tensor", 1) or 1)
+  multiple = max(tensor, 1)
+  return -(-vocab_size // multiple) * multiple
 
 
 def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> ModelConfig:
@@ -50,7 +80,7 @@ def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> Mode
     overrides = {k: v for k, v in values.items() if not (k == "vocab_size" and not v)}
     values = {**base.to_dict(), **overrides}
   if values.get("vocab_size") in (None, 0) and tokenizer is not None:
-    values["vocab_size"] = tokenizer.vocab_size
+    values["vocab_size"] = padded_vocab_size(tokenizer.vocab_size, config)
   try:
     return ModelConfig.from_dict(values)
   except TypeError as e:
@@ -88,7 +118,7 @@ def _stable_hash(name: str) -> int:
 def setup_run(config: ml_collections.ConfigDict, workdir: str) -> RunContext:
   """Validates the shared sections and writes workdir/config.json."""
   if not workdir:
-    raise ValueError("--workdir is required")
+    raise ConfigError("--workdir", workdir, "is required")
   for name in ("seed", "mesh", "tokenizer"):
     if name not in config:
       raise ValueError(f"config is missing the {name!r} section")
@@ -96,6 +126,10 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str) -> RunContext:
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   sharding.validate_rules(rules, mesh.axis_names)
+  if not os.path.exists(config.tokenizer.path):
+    raise MissingInputError("tokenizer.path", config.tokenizer.path,
+                            "does not exist; build it with experiments/build_tokenizer.py "
+                            "(same --config.tokenizer.path)")
   tokenizer = load_tokenizer(config.tokenizer.path)
   model_config = model_config_from(config, tokenizer)
   if model_config.vocab_size < tokenizer.vocab_size:

@@ -124,10 +124,10 @@ def test_ppo_learns_a_trivially_learnable_reward():
                      rng=jax.random.key(2), critic=critic, critic_opt_state=critic_opt.init(critic))
   step = jax.jit(make_rl_train_step(MODEL, rl, optimizer, critic_opt))
   value_fn = jax.jit(make_value_fn(MODEL, rl))
-  prompts = jnp.tile(jnp.array([[11, 12, 13]], jnp.int32), (B * G, 1))
-  sample = jax.jit(lambda p, k: generate(p, prompts, jnp.full((B * G,), P, jnp.int32), k,
-                                         model_config=MODEL, config=SamplingConfig(R),
-                                         eos_id=60, pad_id=0))
+  prompts = np.tile(np.array([[11, 12, 13]], np.int32), (B * G, 1))
+  sample = lambda p, k: generate(p, prompts, np.full((B * G,), P, np.int32), k,
+                                 model_config=MODEL, config=SamplingConfig(R), eos_id=60,
+                                 pad_id=0)
   means = []
   for it in range(25):
     out = sample(state.params, jax.random.key(100 + it))

@@ -1,0 +1,230 @@
+r"""Rollout throughput: the rollout engine vs main's static sampler and HF generate.
+
+  PYTHONPATH=. python experiments/benchmarks/sampling.py            # a, b, d
+  PYTHONPATH=. python experiments/benchmarks/sampling.py --workloads a,b,c,d
+  PYTHONPATH=. python experiments/benchmarks/sampling.py --smoke --out /tmp/s.json
+
+Everything runs in one process pinned to one CPU core (XLA and PyTorch
+single-threaded), on the same architecture and random weights: the
+Hugging Face model (LlamaForCausalLM) is built from our params and its
+logits are checked against ours. Workloads (one GRPO rollout batch each):
+  a: 2 layers, d=128, vocab 512, 2 prompts x G=8, prompt 32, response 64
+  b: 4 layers, d=256, vocab 4096, 4 prompts x G=4, prompt 32, response 64
+  c: SmolLM2-135M architecture (random weights), 8 prompts x G=4, response 64
+  d: like b, 32 requests with response budgets drawn from 8..256, 16 slots:
+     continuous batching vs the static path (batches of 16)
+No EOS: every row samples its full budget (temperature 1, no truncation),
+so all systems generate the same number of tokens. Prefill MFU is the
+prefill's useful FLOP/s over the f32 matmul peak measured here.
+Writes a table and experiments/benchmarks/results/sampling.json.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sampling_legacy  # noqa: E402
+
+from rl_post import models  # noqa: E402
+from rl_post.models import hf as hf_lib  # noqa: E402
+from rl_post.sampling import engine  # noqa: E402
+from rl_post.sampling.continuous import generate_continuous  # noqa: E402
+from rl_post.sampling.sampler import SamplingConfig, generate, row_seeds  # noqa: E402
+
+ARCH = {
+    "a": dict(num_layers=2, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
+              mlp_dim=512, vocab_size=512),
+    "b": dict(num_layers=4, embed_dim=256, num_heads=8, num_kv_heads=4, head_dim=32,
+              mlp_dim=1024, vocab_size=4096),
+    "c": dict(num_layers=30, embed_dim=576, num_heads=9, num_kv_heads=3, head_dim=64,
+              mlp_dim=1536, vocab_size=49152, rope_theta=100000.0, norm_eps=1e-5),
+}
+WORK = {
+    "a": dict(arch="a", prompts=2, group=8, prompt=32, response=64),
+    "b": dict(arch="b", prompts=4, group=4, prompt=32, response=64),
+    "c": dict(arch="c", prompts=8, group=4, prompt=32, response=64),
+    "d": dict(arch="b", requests=32, slots=16, prompt=32, min_response=8, max_response=256),
+}
+SMOKE_ARCH = dict(num_layers=1, embed_dim=32, num_heads=2, num_kv_heads=1, head_dim=16,
+                  mlp_dim=64, vocab_size=64)
+SMOKE_WORK = {
+    "a": dict(arch="s", prompts=2, group=2, prompt=8, response=8),
+    "d": dict(arch="s", requests=8, slots=4, prompt=8, min_response=2, max_response=16),
+}
+
+
+def timed(fn, repeats):
+  """Median wall seconds of fn() after one warm-up (compile) call."""
+  jax.block_until_ready(fn(0))
+  times = []
+  for i in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(i + 1))
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def matmul_peak_flops(n=1024, repeats=5):
+  a = jnp.ones((n, n), jnp.float32)
+  f = jax.jit(lambda x: x @ x)
+  return 2 * n ** 3 / timed(lambda i: f(a), repeats)
+
+
+def hf_model(config, params):
+  """A transformers model with our architecture and weights (eval, f32)."""
+  import torch  # noqa: PLC0415
+  import transformers  # noqa: PLC0415
+  torch.set_num_threads(1)
+  hf_config = transformers.LlamaConfig(**{k: v for k, v in hf_lib.config_to_hf(config).items()
+                                          if k not in ("architectures", "model_type")})
+  model = transformers.LlamaForCausalLM(hf_config).eval()
+  state = {name: torch.from_numpy(make()) for name, _, make in hf_lib.hf_tensors(config, params)}
+  missing, unexpected = model.load_state_dict(state, strict=False)
+  assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+  model.tie_weights()
+  return model
+
+
+def prefill_flops(config, rows, prompt_len):
+  """Useful prefill FLOPs: weights on every token, causal attention, last-token head."""
+  c = config
+  per_token = 2 * (c.num_params - c.vocab_size * c.embed_dim - c.embed_dim)
+  attn = 2 * c.num_layers * c.num_heads * c.head_dim * prompt_len * (prompt_len + 1)
+  return rows * (prompt_len * per_token + attn + 2 * c.embed_dim * c.vocab_size)
+
+
+def run_static(name, w, config, params, repeats, peak, with_hf):
+  n, p, r = w["prompts"] * w["group"], w["prompt"], w["response"]
+  prompts = jnp.asarray(np.repeat(np.random.default_rng(0).integers(
+      1, config.vocab_size, (w["prompts"], p)), w["group"], axis=0), jnp.int32)
+  lens = jnp.full((n,), p, jnp.int32)
+  sampling = SamplingConfig(max_new_tokens=r, length_buckets=(p,))
+  ours = lambda i: generate(params, prompts, lens, jax.random.key(i), model_config=config,
+                            config=sampling, eos_id=None, pad_id=0,
+                            group_size=w["group"]).tokens_BxT
+  legacy = lambda i: sampling_legacy.generate(
+      params, prompts, lens, jax.random.key(i), model_config=config,
+      config=sampling_legacy.SamplingConfig(max_new_tokens=r), eos_id=-1, pad_id=0).tokens_BxT
+  rows = [dict(workload=name, system="rl_post engine", seconds=timed(ours, repeats)),
+          dict(workload=name, system="rl_post main (static)", seconds=timed(legacy, repeats))]
+  if with_hf:
+    import torch  # noqa: PLC0415
+    model = hf_model(config, params)
+    with torch.no_grad():
+      hf_logits = model(torch.from_numpy(np.asarray(prompts[:2]))).logits.numpy()
+    logit_diff = float(np.abs(hf_logits - np.asarray(models.apply(config, params,
+                                                                  prompts[:2]))).max())
+    ids = torch.from_numpy(np.asarray(prompts, np.int64))
+
+    def hf_generate(i):
+      torch.manual_seed(i)
+      with torch.no_grad():
+        return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                              do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                              max_new_tokens=r, min_new_tokens=r, eos_token_id=None,
+                              pad_token_id=0).shape
+    rows.append(dict(workload=name, system="HF generate (torch)",
+                     seconds=timed(hf_generate, repeats), hf_logit_max_diff=logit_diff))
+  for row in rows:
+    row.update(tokens=n * r, tokens_per_s=n * r / row["seconds"])
+  seeds = row_seeds(jax.random.key(0), n)
+  budget = jnp.full((n,), r, jnp.int32)
+  prefill = lambda i: engine.prefill(params, prompts, lens, seeds, budget, model_config=config,
+                                     capacity=p + r, group_size=w["group"], pad_id=0).logits_BxV
+  seconds = timed(prefill, repeats)
+  flops = prefill_flops(config, w["prompts"], p)
+  rows[0].update(prefill_s=seconds, prefill_gflops=flops / seconds / 1e9,
+                 prefill_mfu=flops / seconds / peak)
+  return rows
+
+
+def run_continuous(name, w, config, params, repeats):
+  rng = np.random.default_rng(1)
+  n, p, slots = w["requests"], w["prompt"], w["slots"]
+  prompts = jnp.asarray(rng.integers(1, config.vocab_size, (n, p)), jnp.int32)
+  lens = jnp.full((n,), p, jnp.int32)
+  budgets = rng.integers(w["min_response"], w["max_response"] + 1, n).astype(np.int32)
+  sampling = SamplingConfig(max_new_tokens=w["max_response"], length_buckets=(p,))
+  seeds = lambda i: row_seeds(jax.random.key(i), n)
+
+  def static(i):
+    s = seeds(i)
+    return [generate(params, prompts[j:j + slots], lens[j:j + slots], None, seeds_B=s[j:j + slots],
+                     model_config=config, config=sampling, eos_id=None, pad_id=0,
+                     max_new_tokens=budgets[j:j + slots]).tokens_BxT for j in range(0, n, slots)]
+
+  def continuous(i):
+    return generate_continuous(params, prompts, lens, seeds(i), model_config=config,
+                               config=sampling, num_slots=slots, eos_id=None, pad_id=0,
+                               max_new_tokens=budgets)[0].tokens_BxT
+  a, b = jax.device_get(static(7)), continuous(7)
+  same = bool(np.array_equal(np.concatenate(a), b))
+  rows = [dict(workload=name, system="rl_post continuous", seconds=timed(continuous, repeats),
+               tokens_equal_static=same),
+          dict(workload=name, system="rl_post static", seconds=timed(static, repeats))]
+  for row in rows:
+    row.update(tokens=int(budgets.sum()), tokens_per_s=float(budgets.sum()) / row["seconds"])
+  return rows
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--workloads", default="a,b,d")
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--core", type=int, default=None, help="CPU to pin to (default: last)")
+  parser.add_argument("--no_hf", action="store_true")
+  parser.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
+  parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                    "results", "sampling.json"))
+  args = parser.parse_args()
+  core = max(os.sched_getaffinity(0)) if args.core is None else args.core
+  os.sched_setaffinity(0, {core})
+  arch = {"s": SMOKE_ARCH, **ARCH}
+  work = SMOKE_WORK if args.smoke else {k: WORK[k] for k in args.workloads.split(",")}
+  load_before = os.getloadavg()
+  peak = matmul_peak_flops(256 if args.smoke else 1024)
+  rows = []
+  for name, w in work.items():
+    config = models.ModelConfig(**arch[w["arch"]], attention_impl="xla")
+    params = models.init_params(config, jax.random.key(0))
+    if "requests" in w:
+      rows += run_continuous(name, w, config, params, args.repeats)
+    else:
+      rows += run_static(name, w, config, params, args.repeats, peak, not args.no_hf)
+    for row in rows:
+      if row["workload"] == name:
+        print(json.dumps(row), flush=True)
+  speedups = {}
+  for name in work:
+    by = {r["system"]: r["tokens_per_s"] for r in rows if r["workload"] == name}
+    best = by.get("rl_post engine", by.get("rl_post continuous"))
+    speedups[name] = {k: best / v for k, v in by.items()}
+  print(f"\nf32 matmul peak (1 core): {peak / 1e9:.1f} GFLOP/s; load avg before "
+        f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (shared machine)")
+  print(f"{'wl':<3}{'system':<24}{'tokens':>8}{'s/batch':>9}{'tok/s':>9}{'engine x':>10}"
+        f"{'prefill MFU':>13}")
+  for r in rows:
+    mfu = f"{100 * r['prefill_mfu']:.1f}%" if "prefill_mfu" in r else ""
+    print(f"{r['workload']:<3}{r['system']:<24}{r['tokens']:>8}{r['seconds']:>9.3f}"
+          f"{r['tokens_per_s']:>9.0f}{speedups[r['workload']][r['system']]:>10.2f}{mfu:>13}")
+  os.makedirs(os.path.dirname(args.out), exist_ok=True)
+  with open(args.out, "w") as f:
+    json.dump(dict(core=core, matmul_peak_gflops=peak / 1e9, load_avg_before=load_before,
+                   load_avg_after=os.getloadavg(), smoke=args.smoke, rows=rows,
+                   speedups=speedups), f, indent=1)
+  print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+  main()

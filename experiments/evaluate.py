@@ -1,0 +1,52 @@
+r"""Evaluates a checkpoint on the held-out tasks: workdir/eval.json and eval.md.
+
+  python experiments/evaluate.py --config=configs/grpo_arithmetic.py \
+      --checkpoint=/tmp/rl_post/sft/export --workdir=/tmp/rl_post/eval_sft \
+      --num_samples=8 --ks=1,4,8
+
+--checkpoint: an export/ folder, a training workdir (newest checkpoint), a HF
+folder or a .gguf file. The config gives the tokenizer, the held-out tasks
+(tasks.*, seed) and the decoding defaults (rl.temperature,
+rl.max_new_tokens, rl.max_prompt_len).
+"""
+
+import _bootstrap  # noqa: F401
+from absl import flags
+from ml_collections import config_flags
+
+from rl_post import cli
+from rl_post.errors import ConfigError
+from rl_post.eval import checkpoint_eval
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output folder for eval.json and eval.md.")
+_NUM_SAMPLES = flags.DEFINE_integer("num_samples", 8, "Sampled responses per problem (n).")
+_KS = flags.DEFINE_list("ks", ["1", "4", "8"], "The k of each pass@k (k <= n).")
+_TEMPERATURE = flags.DEFINE_float("temperature", None, "Sampling temperature (default: rl's).")
+_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", None, "Default: rl.max_new_tokens.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 16, "Problems per generate call.")
+
+
+def _ks() -> tuple[int, ...]:
+  try:
+    return tuple(int(k) for k in _KS.value)
+  except ValueError:
+    raise ConfigError("--ks", ",".join(_KS.value), "must be comma-separated integers") from None
+
+
+def main(argv):
+  del argv
+  settings = checkpoint_eval.settings_from(
+      _CONFIG.value, num_samples=_NUM_SAMPLES.value, ks=_ks(), temperature=_TEMPERATURE.value,
+      max_new_tokens=_MAX_NEW_TOKENS.value, batch_size=_BATCH_SIZE.value)
+  result = checkpoint_eval.evaluate_checkpoint(_CONFIG.value, _CHECKPOINT.value, settings)
+  paths = checkpoint_eval.write_outputs(_WORKDIR.value, result)
+  with open(paths["markdown"]) as f:
+    print(f.read())
+  print(f"wrote {paths['json']} and {paths['markdown']}")
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "checkpoint", "workdir"])
+  cli.run(main)

@@ -1,0 +1,162 @@
+r"""Runs a training command and restarts it when it crashes.
+
+  python launch/supervise.py --restart_on_failure=3 -- \
+      python experiments/train_rl.py --config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/x
+  launch/local.sh --restart_on_failure=3 experiments/train_rl.py ...   # the same
+
+A run that exits non-zero (an exception, SIGKILL, OOM kill) is started again
+with the same command after an exponential backoff (backoff_s, 2x, ...,
+max_backoff_s), up to N times; the trainers resume from their newest good
+checkpoint and drop metric rows after it. Not restarted: exit 0, exit 2
+(configuration or input error: a rerun fails the same way), a run that
+stopped with NonFiniteTrainingError (recorded in <workdir>/faults.jsonl), and
+a run stopped by a SIGTERM/SIGINT sent to this supervisor (forwarded to the
+run, which checkpoints and exits). Each restart is a line in
+<workdir>/restarts.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+CONFIG_ERROR_EXIT = 2
+RESTARTS_FILENAME = "restarts.jsonl"
+FAULTS_FILENAME = "faults.jsonl"
+GAVE_UP_KIND = "nonfinite_training_error"
+
+
+def backoff_s(restart: int, base_s: float, max_s: float) -> float:
+  """Delay before restart number `restart` (0-based): base * 2^restart, capped."""
+  return min(base_s * 2.0 ** restart, max_s)
+
+
+def exit_status(returncode: int) -> int:
+  """A shell-style exit status: 128 + signal for a run killed by a signal."""
+  return 128 - returncode if returncode < 0 else returncode
+
+
+def describe(returncode: int) -> str:
+  if returncode < 0:
+    try:
+      return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+      return f"killed by signal {-returncode}"
+  return f"exit code {returncode}"
+
+
+def workdir_of(command: list[str]) -> str | None:
+  """The value of the command's --workdir flag (either spelling), if any."""
+  for i, arg in enumerate(command):
+    if arg.startswith("--workdir="):
+      return arg.split("=", 1)[1]
+    if arg == "--workdir" and i + 1 < len(command):
+      return command[i + 1]
+  return None
+
+
+def gave_up_count(workdir: str | None) -> int:
+  """How many NonFiniteTrainingError stops faults.jsonl records."""
+  path = os.path.join(workdir, FAULTS_FILENAME) if workdir else ""
+  if not path or not os.path.exists(path):
+    return 0
+  count = 0
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        count += json.loads(line).get("kind") == GAVE_UP_KIND
+      except ValueError:
+        continue
+  return count
+
+
+def log_restart(workdir: str | None, record: dict) -> None:
+  if workdir:
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, RESTARTS_FILENAME), "a", encoding="utf-8") as f:
+      f.write(json.dumps(record) + "\n")
+
+
+def supervise(command: list[str], max_restarts: int, *, base_backoff_s: float = 5.0,
+              max_backoff_s: float = 300.0, workdir: str | None = None) -> int:
+  """Runs `command` until it succeeds or may not be restarted; its exit status."""
+  workdir = workdir or workdir_of(command)
+  stop = {"signal": None}
+  child = {"proc": None}
+
+  def forward(signum, frame):
+    del frame
+    stop["signal"] = signum
+    if child["proc"] is not None and child["proc"].poll() is None:
+      child["proc"].send_signal(signum)
+
+  previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    restarts = 0
+    while True:
+      gave_up_before = gave_up_count(workdir)
+      started = time.time()
+      child["proc"] = subprocess.Popen(command)
+      returncode = child["proc"].wait()
+      status = exit_status(returncode)
+      if returncode == 0:
+        return 0
+      reason = None
+      if stop["signal"] is not None:
+        reason = f"stopped by signal {stop['signal']} sent to the supervisor"
+      elif returncode == CONFIG_ERROR_EXIT:
+        reason = "configuration or input error (exit 2): a restart would fail the same way"
+      elif gave_up_count(workdir) > gave_up_before:
+        reason = "the run stopped with NonFiniteTrainingError (see faults.jsonl)"
+      elif restarts >= max_restarts:
+        reason = f"giving up after {restarts} restarts (--restart_on_failure={max_restarts})"
+      if reason:
+        print(f"supervise: run ended with {describe(returncode)}; {reason}", file=sys.stderr)
+        return status
+      delay = backoff_s(restarts, base_backoff_s, max_backoff_s)
+      restarts += 1
+      log_restart(workdir, {"restart": restarts, "exit_code": returncode,
+                            "reason": describe(returncode), "ran_s": round(time.time() - started, 3),
+                            "backoff_s": delay, "time": time.time()})
+      print(f"supervise: run ended with {describe(returncode)}; restart {restarts}/"
+            f"{max_restarts} in {delay:g}s", file=sys.stderr, flush=True)
+      time.sleep(delay)
+      if stop["signal"] is not None:
+        return status
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                   usage="%(prog)s --restart_on_failure=N [options] -- COMMAND...")
+  parser.add_argument("--restart_on_failure", type=int, required=True,
+                      help="restart a crashed run up to N times")
+  parser.add_argument("--backoff_s", type=float, default=5.0,
+                      help="delay before the first restart; doubles each time")
+  parser.add_argument("--max_backoff_s", type=float, default=300.0)
+  parser.add_argument("--workdir", default=None,
+                      help="where restarts.jsonl goes (default: the command's --workdir)")
+  if "--" not in argv:
+    parser.error("put the command after --")
+  split = argv.index("--")
+  args = parser.parse_args(argv[:split])
+  command = argv[split + 1:]
+  if not command:
+    parser.error("no command after --")
+  if args.restart_on_failure < 0:
+    parser.error(f"--restart_on_failure must be >= 0, got {args.restart_on_failure}")
+  if args.backoff_s < 0 or args.max_backoff_s < 0:
+    parser.error("--backoff_s and --max_backoff_s must be >= 0")
+  return supervise(command, args.restart_on_failure, base_backoff_s=args.backoff_s,
+                   max_backoff_s=args.max_backoff_s, workdir=args.workdir)
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""The wrapper every `experiments/*.py` entry point runs its `main` in.
+
+    if __name__ == "__main__":
+      cli.run(main)
+
+User errors print one line and exit with status 2:
+
+    error: rl.num_generations=1: must be >= 2 (group advantages need a group), got 1
+    error: --workdir='/tmp/x': is a file, not a directory
+
+A user error is an `rl_post.errors.UserError`, or a `ValueError` whose
+message starts with the dotted path of a field of the loaded `--config`
+(the form every config section's validation uses,
+`rl_post.config_sections`). Anything else is a bug and keeps its traceback.
+"""
+
+import ast
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from absl import app, flags
+
+from rl_post.errors import UserError
+from rl_post.training.run import ensure_workdir
+
+EXIT_USER_ERROR = 2
+_FIELD_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_UNKNOWN_RE = re.compile(r"unknown field\(s\) (\[[^\]]*\])")
+_MISSING = object()
+
+
+def _lookup(config: Any, path: str) -> Any:
+  node = config
+  for part in path.split("."):
+    if not isinstance(node, Mapping) and not hasattr(node, "keys"):
+      return _MISSING
+    if part not in node:
+      return _MISSING
+    node = node[part]
+  return node
+
+
+def _plain(value: Any) -> Any:
+  return value.to_dict() if hasattr(value, "to_dict") else value
+
+
+def config_error_line(config: Any, message: str) -> str | None:
+  """`<field>=<value>: <problem>` for a config validation message, else None.
+
+  Args:
+    config: the loaded config (a ConfigDict or dict), or None.
+    message: a ValueError's message, e.g. "rl.clip_low must be in [0, 1), got 1.5"
+      or "rl: unknown field(s) ['num_generation']; known fields: [...]".
+
+  Returns:
+    The error line without the "error: " prefix, or None when the message
+    does not start with a field of `config` (then it is not a config error).
+  """
+  match = _FIELD_RE.match(message)
+  if config is None or not match or match.group(0).split(".")[0] not in config:
+    return None
+  path = match.group(0)
+  problem = " ".join(message[match.end():].lstrip(" :").split())  # one line
+  unknown = _UNKNOWN_RE.search(message)
+  if unknown and _lookup(config, path) is not _MISSING:
+    try:
+      names = ast.literal_eval(unknown.group(1))
+    except (ValueError, SyntaxError):
+      names = []
+    if names:
+      path = f"{path}.{names[0]}"
+  # The longest prefix of the path that the config holds names the value.
+  parts = path.split(".")
+  while parts and _lookup(config, ".".join(parts)) is _MISSING:
+    parts.pop()
+  value = _plain(_lookup(config, ".".join(parts)))
+  if isinstance(value, Mapping):  # a whole section: the message says the rest
+    return f"{path}: {problem}"
+  return f"{'.'.join(parts)}={value!r}: {problem}"
+
+
+def _flag_value(name: str) -> Any:
+  return flags.FLAGS[name].value if name in flags.FLAGS else None
+
+
+def fail(line: str):
+  """Prints `error: <line>` to stderr and exits with status 2."""
+  print(f"error: {line}", file=sys.stderr, flush=True)
+  sys.exit(EXIT_USER_ERROR)
+
+
+def guarded(main: Callable[[list[str]], Any], argv: list[str]) -> Any:
+  """Runs `main(argv)`, turning user errors into one line and exit status 2."""
+  config = _flag_value("config")
+  try:
+    workdir = _flag_value("workdir")
+    if workdir:
+      ensure_workdir(workdir)
+    return main(argv)
+  except UserError as e:
+    fail(str(e))
+  except ValueError as e:
+    line = config_error_line(config, str(e))
+    if line is None:
+      raise
+    fail(line)
+
+
+def run(main: Callable[[list[str]], Any]):
+  """`absl.app.run(main)` with user errors reported as one line (exit 2)."""
+  app.run(lambda argv: guarded(main, argv))

@@ -1,0 +1,264 @@
+"""Evaluates one checkpoint on the fixed held-out task set: JSON + Markdown.
+
+    result = evaluate_checkpoint(config, "/tmp/rl_post/sft/export",
+                                 EvalSettings(num_samples=8, ks=(1, 4, 8)))
+    write_outputs("/tmp/rl_post/eval", result)    # eval.json, eval.md
+
+A checkpoint is any of: an exported params folder (`export/` of an SFT run,
+with model_config.json), a training workdir (its newest `checkpoints/`
+step, with the workdir's config.json), a HF safetensors folder or a .gguf
+file. The held-out tasks come from `config.tasks` and `config.seed` (the
+same set the trainers hold out: the fixed eval sets of `tasks.eval_sets`,
+else drawn from the held-out stream), so two checkpoints evaluated with one
+config are scored on the same problems, in the same order.
+
+Two decodings: greedy (one response per problem: completion rate) and
+sampled at `temperature` (n = `num_samples` responses per problem: pass@k
+with the unbiased estimator for every k in `ks`). Both are broken down per
+domain and per difficulty level.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+
+from rl_post.checkpoint.manager import CheckpointManager
+from rl_post.checkpoint.params import load_model_config, load_params
+from rl_post.config_sections import from_section
+from rl_post.data.hf_tokenizer import load_tokenizer
+from rl_post.data import eval_sets
+from rl_post.data.mixture import TaskConfig
+from rl_post.errors import ConfigError, MissingInputError
+from rl_post.eval import completion, report, stats
+from rl_post.models import pretrained
+from rl_post.parallel import mesh as mesh_lib
+from rl_post.parallel import sharding
+from rl_post.sampling.sampler import SamplingConfig
+from rl_post.training import state as state_lib
+from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.run import model_config_from
+
+JSON_NAME, MARKDOWN_NAME = "eval.json", "eval.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+  """How a checkpoint is evaluated (fields are the flags of experiments/evaluate.py).
+
+  Attributes:
+    num_samples: n, sampled responses per problem.
+    ks: the k of each pass@k reported, 1 <= k <= n.
+    temperature: sampling temperature of the sampled decoding.
+    max_new_tokens: response length cap.
+    max_prompt_len: prompt length (prompts are left-padded to it).
+    batch_size: problems per generate call.
+  """
+  num_samples: int = 8
+  ks: tuple[int, ...] = (1, 4, 8)
+  temperature: float = 1.0
+  max_new_tokens: int = 64
+  max_prompt_len: int = 32
+  batch_size: int = 16
+
+  def __post_init__(self):
+    for name in ("num_samples", "max_new_tokens", "max_prompt_len", "batch_size"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"--{name}", value, "must be an integer >= 1")
+    if not self.temperature > 0:
+      raise ConfigError("--temperature", self.temperature, "must be > 0")
+    ks = tuple(self.ks)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+      raise ConfigError("--ks", ks, "must be a non-empty list of integers >= 1")
+    if max(ks) > self.num_samples:
+      raise ConfigError("--ks", ks, f"every k must be <= --num_samples={self.num_samples} "
+                        "(pass@k needs at least k samples per problem)")
+    object.__setattr__(self, "ks", tuple(sorted(set(ks))))
+
+
+def settings_from(config: ml_collections.ConfigDict, **flags) -> EvalSettings:
+  """EvalSettings from flag values; None takes the config's `rl` section (or the default)."""
+  rl = config.get("rl") or {}
+  values = {"temperature": rl.get("temperature"), "max_new_tokens": rl.get("max_new_tokens"),
+            "max_prompt_len": rl.get("max_prompt_len")}
+  values.update({k: v for k, v in flags.items() if v is not None})
+  return EvalSettings(**{k: v for k, v in values.items() if v is not None})
+
+
+def _exported(path, config, tokenizer, mesh, rules):
+  model_config = load_model_config(path)
+  return model_config, load_params(
+      path, state_lib.abstract_sharded_params(model_config, mesh, rules))
+
+
+def _training_workdir(path, config, tokenizer, mesh, rules):
+  with open(os.path.join(path, "config.json")) as f:
+    stored = ml_collections.ConfigDict(json.load(f))
+  model_config = model_config_from(stored, tokenizer)
+  optimizer = make_optimizer(from_section(OptimizerConfig, stored.get("optimizer"), "optimizer"))
+  abstract = state_lib.abstract_state(model_config, optimizer, mesh, rules)
+  with CheckpointManager(os.path.join(path, "checkpoints")) as manager:
+    if manager.latest_step() is None:
+      raise MissingInputError("--checkpoint", path, "the training workdir has no checkpoint yet")
+    state, _ = manager.restore(abstract, fallback=True)
+  return model_config, state.params
+
+
+def _pretrained(path, config, tokenizer, mesh, rules):
+  return pretrained.load(path, mesh=mesh, rules=rules)
+
+
+def checkpoint_kind(path: str) -> str:
+  """"export", "workdir", "pretrained"; MissingInputError naming --checkpoint otherwise."""
+  if os.path.isfile(os.path.join(path, "model_config.json")):
+    return "export"
+  if os.path.isdir(os.path.join(path, "checkpoints")) and os.path.isfile(
+      os.path.join(path, "config.json")):
+    return "workdir"
+  if (path.endswith(".gguf") and os.path.isfile(path)) or os.path.isfile(
+      os.path.join(path, "config.json")):
+    return "pretrained"
+  raise MissingInputError("--checkpoint", path,
+                          "is not an export/ folder (model_config.json), a training workdir "
+                          "(config.json + checkpoints/), a HF folder (config.json) or a .gguf file")
+
+
+_LOADERS = {"export": _exported, "workdir": _training_workdir, "pretrained": _pretrained}
+
+
+def load_checkpoint(path: str, config, tokenizer, mesh, rules):
+  """(ModelConfig, params placed on `mesh`) for any checkpoint kind."""
+  model_config, params = _LOADERS[checkpoint_kind(path)](path, config, tokenizer, mesh, rules)
+  if model_config.vocab_size < tokenizer.vocab_size:
+    raise ConfigError("tokenizer.path", config.tokenizer.path,
+                      f"has {tokenizer.vocab_size} tokens but the checkpoint's model only "
+                      f"{model_config.vocab_size}")
+  return model_config, params
+
+
+def heldout_tasks(config: ml_collections.ConfigDict):
+  task_config = from_section(TaskConfig, config.get("tasks"), "tasks")
+  try:
+    tasks = eval_sets.make_mixture(task_config, int(config.seed)).heldout
+  except FileNotFoundError as e:
+    raise MissingInputError("tasks.eval_data_dir", task_config.eval_data_dir, str(e)) from None
+  if not tasks:
+    raise ConfigError("tasks.heldout_size", config.tasks.get("heldout_size"),
+                      "must be > 0 to evaluate")
+  return tasks
+
+
+def _generate_and_score(model_config, params, tokenizer, tasks, sampling, settings, rng, shard,
+                        num_samples, domain_options) -> dict:
+  """The one call into rl_post.eval.completion (generation + verification)."""
+  return completion.evaluate(model_config, params, tokenizer, tasks, sampling=sampling,
+                             max_prompt_len=settings.max_prompt_len,
+                             batch_size=settings.batch_size, rng=rng, shard=shard,
+                             num_samples=num_samples, domain_options=domain_options)
+
+
+def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
+                        settings: EvalSettings) -> dict:
+  """Greedy and sampled evaluation of `checkpoint` on the held-out tasks.
+
+  Returns:
+    The eval.json content: settings, per-group summaries (`summarize`) and
+    per-problem arrays (domain, difficulty, greedy_correct, sampled_num_correct).
+  """
+  if not os.path.exists(checkpoint):
+    raise MissingInputError("--checkpoint", checkpoint, "does not exist")
+  if not os.path.exists(config.tokenizer.path):
+    raise MissingInputError("tokenizer.path", config.tokenizer.path, "does not exist")
+  tokenizer = load_tokenizer(config.tokenizer.path)
+  mesh = mesh_lib.make_mesh(dict(config.mesh))
+  rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
+  model_config, params = load_checkpoint(checkpoint, config, tokenizer, mesh, rules)
+  tasks = heldout_tasks(config)
+  shard = functools.partial(sharding.shard_batch, mesh=mesh, rules=rules)
+  domain_options = config.tasks.get("domain_options")
+  if hasattr(domain_options, "to_dict"):
+    domain_options = domain_options.to_dict()
+  rng = jax.random.fold_in(jax.random.key(int(config.seed)), 0xE7A1)
+  run = functools.partial(_generate_and_score, model_config, params, tokenizer, tasks,
+                          settings=settings, shard=shard, domain_options=domain_options)
+  greedy = run(SamplingConfig(settings.max_new_tokens, greedy=True), rng=rng, num_samples=1)
+  sampled = run(SamplingConfig(settings.max_new_tokens, settings.temperature),
+                rng=jax.random.fold_in(rng, 1), num_samples=settings.num_samples)
+  return {
+      "checkpoint": os.path.abspath(checkpoint),
+      "settings": dataclasses.asdict(settings),
+      "groups": summarize(greedy, sampled, settings.ks),
+      "per_problem": {
+          "domain": list(greedy["domain"]),
+          "difficulty": np.asarray(greedy["difficulty"]).tolist(),
+          "greedy_correct": np.asarray(greedy["correct"]).tolist(),
+          "sampled_num_correct": np.asarray(sampled["num_correct"]).tolist(),
+      },
+  }
+
+
+def _group_summary(greedy: dict, sampled: dict, sel_N: np.ndarray, ks) -> dict:
+  n_problems = int(sel_N.sum())
+  greedy_N = np.asarray(greedy["correct"])[sel_N]
+  low, high = stats.wilson_interval(int(greedy_N.sum()), n_problems)
+  num_correct_N = np.asarray(sampled["num_correct"])[sel_N]
+  n = int(sampled["num_samples"])
+  return {
+      "n": n_problems,
+      "greedy": {"completion_rate": float(greedy_N.mean()), "ci_low": low, "ci_high": high,
+                 "mean_response_len": float(np.mean(greedy["response_len"][sel_N]))},
+      "sampled": {
+          "num_samples": n,
+          "completion_rate": float(num_correct_N.sum() / (n * n_problems)),
+          "pass_at_k": {str(k): float(np.mean(stats.pass_at_k(n, num_correct_N, k)))
+                        for k in ks},
+          "mean_response_len": float(np.mean(sampled["response_len"][sel_N])),
+      },
+  }
+
+
+def summarize(greedy: dict, sampled: dict, ks) -> dict:
+  """Per-group summaries: "all", "domain=<d>", "difficulty=<l>" and "<d>/difficulty=<l>".
+
+  Args:
+    greedy, sampled: results of `rl_post.eval.completion.evaluate` on the same
+      tasks (greedy with one sample, sampled with n >= max(ks)).
+    ks: the k of each pass@k.
+
+  Returns:
+    {group: {"n", "greedy": {completion_rate, ci_low, ci_high, mean_response_len},
+             "sampled": {num_samples, completion_rate, pass_at_k {k: value},
+                         mean_response_len}}}
+    The sampled completion rate is the mean over all n samples (= pass@1).
+  """
+  domain_N = np.asarray(greedy["domain"])
+  level_N = np.asarray(greedy["difficulty"])
+  if list(domain_N) != list(sampled["domain"]) or not np.array_equal(level_N,
+                                                                      sampled["difficulty"]):
+    raise ValueError("greedy and sampled results must cover the same tasks in the same order")
+  groups = {"all": np.ones(domain_N.shape, bool)}
+  for domain in sorted(set(domain_N.tolist())):
+    groups[f"domain={domain}"] = domain_N == domain
+  for level in sorted(set(level_N.tolist())):
+    groups[f"difficulty={level}"] = level_N == level
+  for domain in sorted(set(domain_N.tolist())):
+    for level in sorted(set(level_N[domain_N == domain].tolist())):
+      groups[f"{domain}/difficulty={level}"] = (domain_N == domain) & (level_N == level)
+  return {name: _group_summary(greedy, sampled, sel_N, ks) for name, sel_N in groups.items()}
+
+
+def write_outputs(workdir: str, result: dict) -> dict[str, str]:
+  """Writes eval.json and eval.md into `workdir`; returns their paths."""
+  os.makedirs(workdir, exist_ok=True)
+  paths = {"json": os.path.join(workdir, JSON_NAME),
+           "markdown": os.path.join(workdir, MARKDOWN_NAME)}
+  with open(paths["json"], "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=2)
+  with open(paths["markdown"], "w", encoding="utf-8") as f:
+    f.write(report.render_checkpoint_eval(result))
+  return paths

@@ -1,0 +1,120 @@
+"""Continuous batching: a fixed set of decode slots refilled as rows finish.
+
+The static path runs every row until the longest one ends; here, as soon
+as enough slots are done (`refill_fraction` of them, or all when nothing
+waits), the finished rows are harvested and waiting requests are
+prefilled into their slots. Decoding uses the same jitted step as the
+static path and draws with per-row seeds keyed by absolute position, so
+for the same seeds the tokens equal the static path's token for token.
+
+Stop strings are not supported here (stop token ids are).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_post.sampling import engine
+from rl_post.sampling.controls import SamplingConfig, bucket
+from rl_post.sampling.sampler import Rollout, budget, pad_prompts
+
+_FIELDS = ("tokens_BxT", "logp_BxT", "trunc_logz_BxT", "mask_BxT", "loss_mask_BxT")
+
+
+@dataclasses.dataclass
+class ContinuousStats:
+  decode_calls: int = 0
+  refills: int = 0
+  prefilled_rows: int = 0
+
+
+def _refill_width(n: int, num_slots: int) -> int:
+  """Prefill batch width for n new rows: a power of two (few compiles)."""
+  return min(num_slots, 1 << max(0, (n - 1).bit_length()))
+
+
+def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_config,
+                        config: SamplingConfig, num_slots: int, eos_id: int | None,
+                        pad_id: int, max_new_tokens=None, refill_fraction: float = 0.25):
+  """Samples one response per request with `num_slots` decode slots.
+
+  Args:
+    prompts_NxP, prompt_lens_N: right-padded prompts of N requests.
+    seeds_N: per-request int32 seeds (same seeds as the static path ->
+      same tokens).
+    num_slots: rows decoded together.
+    max_new_tokens: None, an int, or per-request [N] budgets.
+    refill_fraction: refill once this fraction of slots is free (while
+      requests wait).
+  Returns:
+    (Rollout over the N requests in input order, ContinuousStats).
+  """
+  if config.stop_strings:
+    raise ValueError("generate_continuous supports stop token ids, not stop strings")
+  if num_slots < 1 or not 0.0 < refill_fraction <= 1.0:
+    raise ValueError(f"need num_slots >= 1 and refill_fraction in (0, 1], got {num_slots}, "
+                     f"{refill_fraction}")
+  prompts, lens = pad_prompts(prompts_NxP, prompt_lens_N, config, pad_id)
+  n, width = prompts.shape
+  capacity = width + config.max_new_tokens
+  budgets = np.asarray(budget(config, max_new_tokens, n))
+  seeds = np.asarray(jax.device_get(seeds_N), np.int32)
+  stop_config = config.device_key()
+  if eos_id is not None and eos_id >= 0:
+    stop_config = dataclasses.replace(stop_config,
+                                      stop_token_ids=stop_config.stop_token_ids | {int(eos_id)})
+  kw = dict(model_config=model_config, pad_id=pad_id)
+
+  def prefill(ids):
+    r = _refill_width(len(ids), num_slots)
+    take = np.concatenate([ids, np.full(r - len(ids), ids[0])]).astype(int)
+    return engine.prefill(params, jnp.asarray(prompts[take]), jnp.asarray(lens[take]),
+                          jnp.asarray(seeds[take]), jnp.asarray(budgets[take]),
+                          capacity=capacity, group_size=1, **kw)
+
+  first = list(range(min(num_slots, n)))
+  state = prefill(np.array(first))
+  if len(first) < num_slots or state.lengths_B.shape[0] != num_slots:
+    empty = jax.tree.map(lambda x: jnp.zeros((num_slots,) + x.shape[1:], x.dtype), state)
+    empty = empty.replace(done_B=jnp.ones(num_slots, bool))
+    slots = np.arange(state.lengths_B.shape[0])
+    slots[len(first):] = num_slots
+    state = engine.insert_rows(empty, state, jnp.asarray(slots))
+  owner = np.full(num_slots, -1)
+  owner[:len(first)] = first
+  waiting = list(range(len(first), n))
+  results = {f: np.zeros((n, capacity), np.float32 if "logp" in f or "logz" in f else np.int32)
+             for f in _FIELDS}
+  results["stopped"] = np.zeros(n, bool)
+  stats = ContinuousStats()
+  min_free = max(1, int(num_slots * refill_fraction))
+  while (owner >= 0).any():
+    need = num_slots if not waiting else min(min_free, len(waiting))
+    state = engine.decode(params, state, jnp.int32(capacity), jnp.int32(need),
+                          config=stop_config, **kw)
+    stats.decode_calls += 1
+    host = jax.device_get({f: getattr(state, f) for f in _FIELDS + ("done_B", "stopped_B")})
+    free = np.nonzero(host["done_B"] & (owner >= 0))[0]
+    for slot in free:
+      for f in _FIELDS:
+        results[f][owner[slot]] = host[f][slot]
+      results["stopped"][owner[slot]] = host["stopped_B"][slot]
+      owner[slot] = -1
+    if waiting and free.size:
+      ids = np.array(waiting[:free.size])
+      waiting = waiting[free.size:]
+      new = prefill(ids)
+      slots = np.full(new.lengths_B.shape[0], num_slots)
+      slots[:len(ids)] = free[:len(ids)]
+      state = engine.insert_rows(state, new, jnp.asarray(slots))
+      owner[free[:len(ids)]] = ids
+      stats.refills += 1
+      stats.prefilled_rows += len(ids)
+  mask = results["mask_BxT"]
+  rollout = Rollout(tokens_BxT=results["tokens_BxT"], logp_BxT=results["logp_BxT"],
+                    trunc_logz_BxT=results["trunc_logz_BxT"], mask_BxT=mask,
+                    loss_mask_BxT=results["loss_mask_BxT"], prompt_lens_B=lens,
+                    response_lens_B=mask.sum(axis=1), finished_B=results["stopped"])
+  return rollout, stats

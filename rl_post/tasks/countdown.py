@@ -1,0 +1,111 @@
+"""Countdown: combine the given numbers with + - * / to reach a target.
+
+Difficulty d uses d + 2 numbers (levels 1-4: 3 to 6 numbers), every one of
+which must appear exactly once. The generator builds the target from a
+random combination of all the numbers with positive whole intermediate
+results, so a solution always exists; the demonstration writes that
+combination's steps and expression. The verifier evaluates the answer with
+`safe_expr` (our own parser, no `eval`, no powers, bounded sizes).
+"""
+
+import collections
+from fractions import Fraction
+
+import numpy as np
+
+from rl_post.tasks import safe_expr
+from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract_answer,
+                                has_reasoning_format)
+
+_LIMITS = safe_expr.Limits(max_chars=MAX_ANSWER_CHARS, max_depth=32, max_bits=256,
+                           allow_power=False, allow_decimal=False)
+_SMALL = np.arange(1, 11)
+_LARGE = np.array([25, 50, 75, 100])
+_MAX_TARGET = 1000
+
+
+def _combine(rng: np.random.Generator, a: int, b: int):
+  """A random op on a, b with a positive whole result: (expr_op, result) or None."""
+  for op in rng.permutation(["+", "-", "*", "/"]):
+    if op == "+":
+      return op, a + b
+    if op == "-" and a != b:
+      return op, abs(a - b)
+    if op == "*" and a * b <= 10 * _MAX_TARGET:
+      return op, a * b
+    if op == "/" and min(a, b) > 1 and max(a, b) % min(a, b) == 0:
+      return op, max(a, b) // min(a, b)
+  return None
+
+
+def _solution(rng: np.random.Generator, numbers: list[int]):
+  """Combines all numbers pairwise at random; returns (steps, expression, value)."""
+  pool = [(str(n), n) for n in numbers]
+  steps = []
+  while len(pool) > 1:
+    i, j = sorted(rng.choice(len(pool), size=2, replace=False).tolist())
+    (ea, a), (eb, b) = pool[i], pool[j]
+    combined = _combine(rng, a, b)
+    if combined is None:
+      return None
+    op, value = combined
+    if op in "-/" and b > a:  # larger operand first keeps the result positive and whole
+      (ea, a), (eb, b) = (eb, b), (ea, a)
+    steps.append(f"{a}{op}{b}={value}")
+    expr = f"({ea}{op}{eb})"
+    pool = [p for k, p in enumerate(pool) if k not in (i, j)] + [(expr, value)]
+  expr, value = pool[0]
+  return steps, expr[1:-1] if expr.startswith("(") else expr, value
+
+
+class Countdown(Domain):
+  """`Using the numbers [...], write an expression equal to T`."""
+
+  name = "countdown"
+  difficulty_levels = (1, 2, 3, 4)
+
+  def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
+    self.check_difficulty(difficulty)
+    count = difficulty + 2
+    for _ in range(1000):  # few retries: most draws reach a target in range
+      n_large = int(rng.integers(0, min(2, count - 2) + 1))
+      numbers = (rng.choice(_LARGE, n_large, replace=False).tolist()
+                 + rng.choice(_SMALL, count - n_large).tolist())
+      numbers = [int(n) for n in rng.permutation(numbers)]
+      found = _solution(rng, numbers)
+      if found is not None and 10 <= found[2] <= _MAX_TARGET and found[2] not in numbers:
+        break
+    else:
+      raise RuntimeError(f"countdown: no target in range after 1000 draws at level {difficulty}")
+    steps, expr, target = found
+    prompt = (f"Using the numbers {numbers}, write an arithmetic expression that equals "
+              f"{target}. Use each number exactly once, with +, -, *, / and parentheses. "
+              "Show your work in <think> </think> tags and give only the expression in "
+              "<answer> </answer> tags, for example <answer>(1+2)*3</answer>.")
+    return Task(task_id=f"countdown/{difficulty}/{'-'.join(map(str, numbers))}={target}",
+                domain=self.name, prompt=prompt, difficulty=difficulty, target=target,
+                metadata={"numbers": numbers, "solution": expr, "steps": steps})
+
+  def demonstration(self, task: Task) -> str:
+    return (f"<think>{', '.join(task.metadata['steps'])}</think>\n"
+            f"<answer>{task.metadata['solution']}</answer>")
+
+  def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
+    del sandbox  # parses text only
+    format_ok = has_reasoning_format(completion)
+    answer = extract_answer(completion)
+    if answer is None:
+      return Verdict(0.0, format_ok, None, "no <answer> tag")
+    if "=" in answer:  # "expr = target" is accepted; the target part is ignored
+      answer = answer.split("=", 1)[0].strip()
+    try:
+      parsed = safe_expr.parse(answer, _LIMITS)
+    except safe_expr.ExprError as e:
+      return Verdict(0.0, format_ok, answer[:MAX_ANSWER_CHARS], f"invalid expression: {e}")
+    uses_numbers = (collections.Counter(parsed.numbers)
+                    == collections.Counter(Fraction(n) for n in task.metadata["numbers"]))
+    reaches = parsed.value == task.target
+    return Verdict(float(uses_numbers and reaches), format_ok, answer,
+                   None if uses_numbers else "does not use each number exactly once",
+                   components={"uses_numbers": float(uses_numbers),
+                               "reaches_target": float(reaches)})

@@ -1,0 +1,113 @@
+"""Entry points report user errors as one line with exit status 2; bugs keep tracebacks."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from configs import grpo_arithmetic
+from rl_post import cli
+from rl_post.errors import ConfigError, MissingInputError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, prefix=()):
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+  return subprocess.run([*prefix, sys.executable, *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
+def _assert_one_line_error(proc, expected):
+  assert proc.returncode == 2, proc.stderr
+  assert "Traceback" not in proc.stderr, proc.stderr
+  errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+  assert errors == [expected], proc.stderr
+
+
+def _rl(tokenizer_path, workdir, *overrides):
+  return ["experiments/train_rl.py", "--config=configs/grpo_arithmetic.py:tiny",
+          f"--config.tokenizer.path={tokenizer_path}", f"--workdir={workdir}", *overrides]
+
+
+def test_bad_config_value_is_one_line(tokenizer_path, tmp_path):
+  proc = _run(_rl(tokenizer_path, tmp_path / "run", "--config.rl.num_generations=1"))
+  _assert_one_line_error(
+      proc, "error: rl.num_generations=1: must be >= 2 (group advantages need a group), got 1")
+
+
+def test_missing_init_from_names_the_field(tokenizer_path, tmp_path):
+  missing = tmp_path / "no_export"
+  proc = _run(_rl(tokenizer_path, tmp_path / "run", f"--config.rl.init_from={missing}"))
+  _assert_one_line_error(
+      proc, f"error: rl.init_from={str(missing)!r}: is not a directory; point it at the "
+            "export/ folder of a finished SFT run")
+
+
+def test_missing_tokenizer_names_the_field(tmp_path):
+  missing = tmp_path / "none.model"
+  proc = _run(_rl(missing, tmp_path / "run"))
+  assert proc.returncode == 2 and f"error: tokenizer.path={str(missing)!r}: does not exist" \
+      in proc.stderr, proc.stderr
+
+
+def test_workdir_that_is_a_file(tokenizer_path, tmp_path):
+  path = tmp_path / "a_file"
+  path.write_text("x")
+  proc = _run(["experiments/train_sft.py", "--config=configs/sft_arithmetic.py:tiny",
+               f"--workdir={path}"])
+  _assert_one_line_error(proc, f"error: --workdir={str(path)!r}: is a file, not a directory")
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (launch/test.sh)")
+def test_read_only_workdir(tmp_path):
+  # A read-only bind mount stops root too (chmod would not).
+  ro = tmp_path / "ro"
+  ro.mkdir()
+  bwrap = ("bwrap", "--bind", "/", "/", "--ro-bind", str(ro), str(ro), "--dev", "/dev",
+           "--proc", "/proc")
+  proc = _run(["experiments/train_sft.py", "--config=configs/sft_arithmetic.py:tiny",
+               f"--workdir={ro}"], prefix=bwrap)
+  _assert_one_line_error(
+      proc, f"error: --workdir={str(ro)!r}: is not writable (Read-only file system)")
+
+
+def test_config_error_line_forms():
+  config = grpo_arithmetic.get_config("tiny")
+  config.rl.clip_low = 1.5
+  assert cli.config_error_line(config, "rl.clip_low must be in [0, 1), got 1.5") == \
+      "rl.clip_low=1.5: must be in [0, 1), got 1.5"
+  line = cli.config_error_line(
+      config, "rl: unknown field(s) ['num_generation']; known fields: ['a']")
+  assert line == "rl.num_generation: unknown field(s) ['num_generation']; known fields: ['a']"
+  assert cli.config_error_line(config, "rl: minibatch size 3\nmust divide") == \
+      "rl: minibatch size 3 must divide"
+  # Not a field of the config: not a user error.
+  assert cli.config_error_line(config, "shapes (3,) and (4,) differ") is None
+  assert cli.config_error_line(None, "rl.clip_low must be in [0, 1)") is None
+
+
+def test_bugs_keep_their_traceback():
+  def bad_main(argv):
+    raise ValueError("operands could not be broadcast together")
+  with pytest.raises(ValueError, match="broadcast"):
+    cli.guarded(bad_main, ["prog"])
+
+  def buggy(argv):
+    raise KeyError("params")
+  with pytest.raises(KeyError):
+    cli.guarded(buggy, ["prog"])
+
+
+def test_user_errors_exit_2(capsys):
+  def main(argv):
+    raise MissingInputError("rl.init_from", "/x", "is not a directory")
+  with pytest.raises(SystemExit) as info:
+    cli.guarded(main, ["prog"])
+  assert info.value.code == 2
+  assert capsys.readouterr().err == "error: rl.init_from='/x': is not a directory\n"
+  # They are still the built-in exceptions callers catch.
+  assert isinstance(ConfigError("a", 1, "b"), ValueError)
+  assert isinstance(MissingInputError("a", 1, "b"), FileNotFoundError)

@@ -1,0 +1,154 @@
+"""Every command in README.md's ```bash blocks runs (at :tiny size).
+
+COMMANDS maps each README command, as written, to the invocation the test
+runs: the same entry point and flags with a `:tiny` config and paths under
+one temporary folder. A README command missing from the table fails
+`test_every_readme_command_is_in_the_table`; an entry that is not run says
+why. Entries run in a chain (tokenizer -> SFT -> RL -> evaluate) that shares
+one folder; an entry runs the ones it reads from first. Step counts are
+cut further where only "it runs" is being checked.
+"""
+
+import dataclasses
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOK = "{work}/tokenizer/arithmetic.model"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  argv: tuple[str, ...] = ()     # "{py}" is this interpreter, "{work}" the shared folder
+  outputs: tuple[str, ...] = ()  # files the command must write
+  after: tuple[str, ...] = ()    # README commands whose outputs it reads
+  not_run: str = ""              # why the test does not run it
+
+
+_BUILD_TOKENIZER = "python experiments/build_tokenizer.py --config=configs/tokenizer.py"
+_TRAIN_SFT = ("python experiments/train_sft.py --config=configs/sft_arithmetic.py "
+              "--workdir=/tmp/rl_post/sft")
+_TRAIN_RL = ("python experiments/train_rl.py --config=configs/grpo_arithmetic.py "
+             "--workdir=/tmp/rl_post/grpo --config.rl.init_from=/tmp/rl_post/sft/export "
+             "--config.rl.num_generations=16")
+_EVALUATE = ("python experiments/evaluate.py --config=configs/grpo_arithmetic.py "
+             "--checkpoint=/tmp/rl_post/sft/export --workdir=/tmp/rl_post/eval_sft")
+_EVALUATE_RL = ("python experiments/evaluate.py --config=configs/grpo_arithmetic.py "
+                "--checkpoint=/tmp/rl_post/grpo --workdir=/tmp/rl_post/eval_grpo")
+_MESH = ("launch/local.sh --devices=8 experiments/train_rl.py "
+         "--config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/grpo_mesh "
+         "--config.mesh.data=2 --config.mesh.fsdp=2 --config.mesh.tensor=2")
+_RING = ("launch/local.sh --devices=8 experiments/train_rl.py "
+         "--config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/grpo_cp "
+         "--config.mesh.data=2 --config.mesh.context=4")
+
+COMMANDS = {
+    "bash launch/demo.sh": Entry(
+        argv=("{py}", "experiments/demo.py", "--config=configs/demo.py:tiny",
+              "--workdir={work}/demo"),
+        outputs=("demo/report/summary.md", "demo/report/summary.json")),
+    "bash launch/test.sh": Entry(
+        not_run="runs this test suite (CI runs it) and pip-installs into ./.venv"),
+    _BUILD_TOKENIZER: Entry(
+        argv=("{py}", "experiments/build_tokenizer.py", "--config=configs/tokenizer.py:tiny",
+              f"--config.tokenizer.path={TOK}"),
+        outputs=("tokenizer/arithmetic.model",)),
+    _TRAIN_SFT: Entry(
+        argv=("{py}", "experiments/train_sft.py", "--config=configs/sft_arithmetic.py:tiny",
+              "--workdir={work}/sft", f"--config.tokenizer.path={TOK}", "--config.sft.num_steps=5"),
+        outputs=("sft/export/model_config.json", "sft/metrics.jsonl"),
+        after=(_BUILD_TOKENIZER,)),
+    _TRAIN_RL: Entry(
+        argv=("{py}", "experiments/train_rl.py", "--config=configs/grpo_arithmetic.py:tiny",
+              "--workdir={work}/grpo", "--config.rl.init_from={work}/sft/export",
+              "--config.rl.num_generations=16", f"--config.tokenizer.path={TOK}",
+              "--config.rl.num_steps=2"),
+        outputs=("grpo/metrics.jsonl", "grpo/config.json"),
+        after=(_TRAIN_SFT,)),
+    _EVALUATE: Entry(
+        argv=("{py}", "experiments/evaluate.py", "--config=configs/grpo_arithmetic.py:tiny",
+              "--checkpoint={work}/sft/export", "--workdir={work}/eval_sft",
+              f"--config.tokenizer.path={TOK}"),
+        outputs=("eval_sft/eval.json", "eval_sft/eval.md"),
+        after=(_TRAIN_SFT,)),
+    _EVALUATE_RL: Entry(
+        argv=("{py}", "experiments/evaluate.py", "--config=configs/grpo_arithmetic.py:tiny",
+              "--checkpoint={work}/grpo", "--workdir={work}/eval_grpo",
+              f"--config.tokenizer.path={TOK}"),
+        outputs=("eval_grpo/eval.json", "eval_grpo/eval.md"),
+        after=(_TRAIN_RL,)),
+    _MESH: Entry(
+        argv=("launch/local.sh", "--devices=8", "experiments/train_rl.py",
+              "--config=configs/grpo_arithmetic.py:tiny", "--workdir={work}/grpo_mesh",
+              "--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2",
+              f"--config.tokenizer.path={TOK}", "--config.rl.num_steps=2"),
+        outputs=("grpo_mesh/metrics.jsonl",),
+        after=(_BUILD_TOKENIZER,)),
+    _RING: Entry(
+        argv=("launch/local.sh", "--devices=8", "experiments/train_rl.py",
+              "--config=configs/grpo_arithmetic.py:tiny", "--workdir={work}/grpo_cp",
+              "--config.mesh.data=2", "--config.mesh.context=4",
+              f"--config.tokenizer.path={TOK}", "--config.rl.num_steps=2"),
+        outputs=("grpo_cp/metrics.jsonl",),
+        after=(_BUILD_TOKENIZER,)),
+}
+
+
+def readme_commands(text: str) -> list[str]:
+  """The commands of every ```bash block: continuations joined, comments dropped."""
+  commands = []
+  for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
+    joined = re.sub(r"\\\n", " ", block)
+    for line in joined.splitlines():
+      words = shlex.split(line, comments=True)
+      if words:
+        commands.append(" ".join(words))
+  return commands
+
+
+def test_readme_commands_parse():
+  text = "x\n```bash\nbash a.sh   # note\n# only a comment\npython b.py --x=1 \\\n    --y=2\n```\n"
+  assert readme_commands(text) == ["bash a.sh", "python b.py --x=1 --y=2"]
+
+
+def test_every_readme_command_is_in_the_table():
+  with open(os.path.join(ROOT, "README.md")) as f:
+    commands = readme_commands(f.read())
+  assert commands, "README.md has no ```bash blocks"
+  missing = [c for c in commands if c not in COMMANDS]
+  assert not missing, ("README commands without an entry in tests/test_readme_commands.py "
+                       f"COMMANDS (add a tiny invocation that runs it): {missing}")
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+  work = tmp_path_factory.mktemp("readme")
+  done = {}
+
+  def run(command: str) -> subprocess.CompletedProcess:
+    if command not in done:
+      entry = COMMANDS[command]
+      for before in entry.after:
+        assert run(before).returncode == 0, f"{before!r} failed"
+      argv = [a.format(py=sys.executable, work=work) for a in entry.argv]
+      env = dict(os.environ, PYTHONPATH=ROOT, PYTHON=sys.executable, JAX_PLATFORMS="cpu")
+      env.pop("XLA_FLAGS", None)
+      done[command] = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                                     timeout=900)
+    return done[command]
+
+  run.work = work
+  return run
+
+
+@pytest.mark.parametrize("command", [c for c, e in COMMANDS.items() if not e.not_run])
+def test_readme_command_runs(runner, command):
+  proc = runner(command)
+  assert proc.returncode == 0, f"{command!r} failed:\n{proc.stderr[-3000:]}"
+  for output in COMMANDS[command].outputs:
+    assert os.path.isfile(os.path.join(runner.work, output)), f"{command!r} wrote no {output}"

@@ -1,0 +1,29 @@
+"""The rollout benchmark runs end to end at tiny sizes and writes its table."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_sampling_benchmark_smoke(tmp_path):
+  out = tmp_path / "sampling.json"
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", "sampling.py"),
+       "--smoke", "--repeats=1", f"--out={out}"],
+      capture_output=True, text=True, check=False, timeout=600,
+      env=dict(os.environ, PYTHONPATH=ROOT))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(out.read_text())
+  systems = {(r["workload"], r["system"]) for r in result["rows"]}
+  assert systems == {("a", "rl_post engine"), ("a", "rl_post main (static)"),
+                     ("a", "HF generate (torch)"), ("d", "rl_post continuous"),
+                     ("d", "rl_post static")}
+  by = {(r["workload"], r["system"]): r for r in result["rows"]}
+  assert by["a", "HF generate (torch)"]["hf_logit_max_diff"] < 1e-4  # same weights
+  assert by["d", "rl_post continuous"]["tokens_equal_static"]
+  assert 0 < by["a", "rl_post engine"]["prefill_mfu"] and result["matmul_peak_gflops"] > 0
+  assert all(r["tokens_per_s"] > 0 for r in result["rows"])
+  assert "engine x" in proc.stdout
