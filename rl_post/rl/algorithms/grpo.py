@@ -20,9 +20,9 @@ class GroupConfig(PolicyLossConfig):
   Attributes:
     advantage_scale: "std" divides by the group std (GRPO); "none" (Dr. GRPO).
     eps: added to the group std.
-    dynamic_sampling: DAPO's filter: groups whose rewards are all equal carry
-      no signal and are dropped from the loss (the task mixture refills the
-      batch with fresh groups when its zero-variance filtering is on).
+    dynamic_sampling: DAPO's filter: groups whose outcome rewards are all
+      equal carry no signal and are dropped from the loss (the trainer's
+      `filtering` section refills the batch with informative groups).
     overlong_buffer: L_cache of DAPO's soft overlong punishment (0 off); the
       penalty ramps from 0 at L_max - L_cache to -overlong_penalty at L_max
       (L_max = rl.max_new_tokens).
