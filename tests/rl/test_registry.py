@@ -84,3 +84,14 @@ def test_a_new_algorithm_is_one_register_call():
   batch = rollout_batch(rl, np.zeros((2, 3), np.int32), mask, np.zeros((2, 3), np.float32),
                         np.array([0.0, 1.0]))
   np.testing.assert_array_equal(batch["adv"], [[0, 0, 0], [0, 2, 0]])
+
+
+@pytest.mark.parametrize("variant", ["", "tiny"])
+def test_algorithm_ablation_configs_load(variant):
+  from configs import dapo_arithmetic, ppo_arithmetic
+  ppo = rl_config.load(ppo_arithmetic.get_config(variant).rl)
+  assert ppo.algorithm == "ppo" and ppo.uses_critic and ppo.algo.kl_coef == 0.02
+  config = dapo_arithmetic.get_config(variant)
+  dapo = rl_config.load(config.rl)
+  assert dapo.algorithm == "dapo" and config.filtering.enabled
+  assert 0 < dapo.algo.overlong_buffer < dapo.max_new_tokens
