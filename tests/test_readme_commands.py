@@ -157,7 +157,14 @@ def runner(tmp_path_factory):
   return run
 
 
-@pytest.mark.parametrize("command", [c for c, e in COMMANDS.items() if not e.not_run])
+def _label(command: str) -> str:
+  return "+".join(os.path.basename(w) for w in command.split() if w.endswith((".py", ".sh")))
+
+
+_RUN = [c for c, e in COMMANDS.items() if not e.not_run]
+
+
+@pytest.mark.parametrize("command", _RUN, ids=[f"{i}-{_label(c)}" for i, c in enumerate(_RUN)])
 def test_readme_command_runs(runner, command):
   proc = runner(command)
   assert proc.returncode == 0, f"{command!r} failed:\n{proc.stderr[-3000:]}"

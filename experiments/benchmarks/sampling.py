@@ -14,8 +14,11 @@ logits are checked against ours. Workloads (one GRPO rollout batch each):
   d: like b, 32 requests with response budgets drawn from 8..256, 16 slots:
      continuous batching vs the static path (batches of 16)
 No EOS: every row samples its full budget (temperature 1, no truncation),
-so all systems generate the same number of tokens. Prefill MFU is the
-prefill's useful FLOP/s over the f32 matmul peak measured here.
+so all systems generate the same number of tokens. Times are CPU seconds
+of the pinned single-threaded process (wall seconds are in the JSON too:
+on a shared machine they include other jobs' time slices); tokens/s is
+generated tokens per CPU second. Prefill MFU is the prefill's useful
+FLOP/s over the f32 matmul peak measured here.
 Writes a table and experiments/benchmarks/results/sampling.json.
 """
 
@@ -64,15 +67,30 @@ SMOKE_WORK = {
 }
 
 
-def timed(fn, repeats):
-  """Median wall seconds of fn() after one warm-up (compile) call."""
+def timed_both(fn, repeats):
+  """Median (CPU, wall) seconds of fn() after one warm-up (compile) call.
+
+  CPU time of this (single-threaded, pinned) process is the figure we
+  compare: on a machine shared with other jobs, wall time also counts the
+  time slices the other jobs took.
+  """
   jax.block_until_ready(fn(0))
-  times = []
+  cpu, wall = [], []
   for i in range(repeats):
-    start = time.perf_counter()
+    start_cpu, start = time.process_time(), time.perf_counter()
     jax.block_until_ready(fn(i + 1))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+    cpu.append(time.process_time() - start_cpu)
+    wall.append(time.perf_counter() - start)
+  return statistics.median(cpu), statistics.median(wall)
+
+
+def timed(fn, repeats):
+  return timed_both(fn, repeats)[0]
+
+
+def _measure(row, fn, repeats):
+  row["seconds"], row["wall_seconds"] = timed_both(fn, repeats)
+  return row
 
 
 def matmul_peak_flops(n=1024, repeats=5):
@@ -116,8 +134,8 @@ def run_static(name, w, config, params, repeats, peak, with_hf):
   legacy = lambda i: sampling_legacy.generate(
       params, prompts, lens, jax.random.key(i), model_config=config,
       config=sampling_legacy.SamplingConfig(max_new_tokens=r), eos_id=-1, pad_id=0).tokens_BxT
-  rows = [dict(workload=name, system="rl_post engine", seconds=timed(ours, repeats)),
-          dict(workload=name, system="rl_post main (static)", seconds=timed(legacy, repeats))]
+  rows = [_measure(dict(workload=name, system="rl_post engine"), ours, repeats),
+          _measure(dict(workload=name, system="rl_post main (static)"), legacy, repeats)]
   if with_hf:
     import torch  # noqa: PLC0415
     model = hf_model(config, params)
@@ -134,8 +152,8 @@ def run_static(name, w, config, params, repeats, peak, with_hf):
                               do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                               max_new_tokens=r, min_new_tokens=r, eos_token_id=None,
                               pad_token_id=0).shape
-    rows.append(dict(workload=name, system="HF generate (torch)",
-                     seconds=timed(hf_generate, repeats), hf_logit_max_diff=logit_diff))
+    rows.append(_measure(dict(workload=name, system="HF generate (torch)",
+                              hf_logit_max_diff=logit_diff), hf_generate, repeats))
   for row in rows:
     row.update(tokens=n * r, tokens_per_s=n * r / row["seconds"])
   seeds = row_seeds(jax.random.key(0), n)
@@ -170,9 +188,9 @@ def run_continuous(name, w, config, params, repeats):
                                max_new_tokens=budgets)[0].tokens_BxT
   a, b = jax.device_get(static(7)), continuous(7)
   same = bool(np.array_equal(np.concatenate(a), b))
-  rows = [dict(workload=name, system="rl_post continuous", seconds=timed(continuous, repeats),
-               tokens_equal_static=same),
-          dict(workload=name, system="rl_post static", seconds=timed(static, repeats))]
+  rows = [_measure(dict(workload=name, system="rl_post continuous", tokens_equal_static=same),
+                   continuous, repeats),
+          _measure(dict(workload=name, system="rl_post static"), static, repeats)]
   for row in rows:
     row.update(tokens=int(budgets.sum()), tokens_per_s=float(budgets.sum()) / row["seconds"])
   return rows
@@ -212,11 +230,12 @@ def main():
     speedups[name] = {k: best / v for k, v in by.items()}
   print(f"\nf32 matmul peak (1 core): {peak / 1e9:.1f} GFLOP/s; load avg before "
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (shared machine)")
-  print(f"{'wl':<3}{'system':<24}{'tokens':>8}{'s/batch':>9}{'tok/s':>9}{'engine x':>10}"
-        f"{'prefill MFU':>13}")
+  print(f"{'wl':<3}{'system':<24}{'tokens':>8}{'cpu s/batch':>12}{'wall s':>8}{'tok/s':>9}"
+        f"{'engine x':>10}{'prefill MFU':>13}")
   for r in rows:
     mfu = f"{100 * r['prefill_mfu']:.1f}%" if "prefill_mfu" in r else ""
-    print(f"{r['workload']:<3}{r['system']:<24}{r['tokens']:>8}{r['seconds']:>9.3f}"
+    print(f"{r['workload']:<3}{r['system']:<24}{r['tokens']:>8}{r['seconds']:>12.3f}"
+          f"{r['wall_seconds']:>8.3f}"
           f"{r['tokens_per_s']:>9.0f}{speedups[r['workload']][r['system']]:>10.2f}{mfu:>13}")
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
   with open(args.out, "w") as f:

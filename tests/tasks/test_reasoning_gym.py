@@ -46,6 +46,7 @@ def test_difficulty_follows_the_curriculum():
 def test_invalid_and_slow_levels_are_dropped():
   assert ReasoningGymDomain("caesar_cipher").difficulty_levels == (1, 2)  # 3, 4 fail validation
   assert ReasoningGymDomain("jugs").difficulty_levels == (1, 2)  # capped: seconds per task above
+  assert ReasoningGymDomain("rubiks_cube").difficulty_levels == (1,)  # 3x3 reference only
   assert "knight_swap" in CURRICULA
   assert ReasoningGymDomain("knight_swap").difficulty_levels == (1,)  # no valid level: default
 
