@@ -128,6 +128,8 @@ def test_evaluation_is_deterministic_and_writes_files(saved, tmp_path):
     markdown = f.read()
   assert "| group | problems | greedy | greedy 95% CI | pass@1 | pass@3 |" in markdown
   assert "| difficulty=1 |" in markdown and "| arithmetic/difficulty=1 |" in markdown
+  assert set(first["verifier_errors"]) == {"greedy", "sampled"}
+  assert "Verifier errors (sampled, scored 0): " in markdown
 
 
 def test_missing_tokenizer_is_named(saved, tmp_path):

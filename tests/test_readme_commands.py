@@ -46,6 +46,9 @@ _MESH = ("launch/local.sh --devices=8 experiments/train_rl.py "
 _RING = ("launch/local.sh --devices=8 experiments/train_rl.py "
          "--config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/grpo_cp "
          "--config.mesh.data=2 --config.mesh.context=4")
+_CHAOS = ("launch/local.sh --restart_on_failure=2 experiments/train_rl.py "
+          "--config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/grpo_chaos "
+          "--config.faults.corrupt_checkpoint_at_steps=(2,) --config.faults.kill_at_steps=(3,)")
 
 COMMANDS = {
     "bash launch/demo.sh": Entry(
@@ -95,6 +98,14 @@ COMMANDS = {
               "--config.mesh.data=2", "--config.mesh.context=4",
               f"--config.tokenizer.path={TOK}", "--config.rl.num_steps=2"),
         outputs=("grpo_cp/metrics.jsonl",),
+        after=(_BUILD_TOKENIZER,)),
+    _CHAOS: Entry(
+        argv=("launch/local.sh", "--restart_on_failure=2", "experiments/train_rl.py",
+              "--config=configs/grpo_arithmetic.py:tiny", "--workdir={work}/grpo_chaos",
+              "--config.faults.corrupt_checkpoint_at_steps=(2,)",
+              "--config.faults.kill_at_steps=(3,)", f"--config.tokenizer.path={TOK}"),
+        outputs=("grpo_chaos/restarts.jsonl", "grpo_chaos/faults.jsonl",
+                 "grpo_chaos/metrics.jsonl"),
         after=(_BUILD_TOKENIZER,)),
 }
 
@@ -146,7 +157,14 @@ def runner(tmp_path_factory):
   return run
 
 
-@pytest.mark.parametrize("command", [c for c, e in COMMANDS.items() if not e.not_run])
+def _label(command: str) -> str:
+  return "+".join(os.path.basename(w) for w in command.split() if w.endswith((".py", ".sh")))
+
+
+_RUN = [c for c, e in COMMANDS.items() if not e.not_run]
+
+
+@pytest.mark.parametrize("command", _RUN, ids=[f"{i}-{_label(c)}" for i, c in enumerate(_RUN)])
 def test_readme_command_runs(runner, command):
   proc = runner(command)
   assert proc.returncode == 0, f"{command!r} failed:\n{proc.stderr[-3000:]}"

@@ -131,3 +131,44 @@ def test_faulty_domain_generates_its_fault_schedule(pool):
   assert {t.target for t in tasks} == {"raise", None}
   batch = pool.score(tasks, ["1"] * 8)
   assert batch.error_kinds == ["verifier_error" if t.target else None for t in tasks]
+
+
+def test_training_and_its_eval_survive_a_faulty_verifier_mix(tokenizer_path, tmp_path):
+  from configs import grpo_arithmetic
+  from rl_fixtures import DIGIT_DOMAIN
+  from rl_post.checkpoint import CheckpointManager
+  from rl_post.metrics.writers import read_metrics
+  from rl_post.rl import trainer
+  c = grpo_arithmetic.get_config("tiny")
+  c.tokenizer.path = tokenizer_path
+  faults = ("exit", "segfault", "sigkill", "hang", "raise", "nan", "huge", "floatbool", None)
+  c.tasks.update(domains=(DIGIT_DOMAIN, FAULTY_DOMAIN), weights=(0.5, 0.5), difficulties=(1,),
+                 domain_options={FAULTY_DOMAIN: {"faults": faults}}, heldout_size=6)
+  c.rl.update(max_prompt_len=24, max_new_tokens=6, batch_size=4, num_generations=4,
+              checkpoint_every=2, eval_every=0, num_steps=2)
+  c.rewards.update(num_workers=2, timeout_s=1.0)
+  trainer.train(c, str(tmp_path))
+  rows = read_metrics(str(tmp_path))
+  assert [r["step"] for r in rows] == [1, 2]
+  kinds = ("timeout", "crash", "verifier_error", "invalid_verdict")
+  train_errors = sum(r[f"reward/errors/{k}"] for r in rows for k in kinds)
+  eval_errors = sum(rows[-1][f"{p}/errors/{k}"] for p in ("eval", "eval_sampled") for k in kinds)
+  assert train_errors > 0 and eval_errors > 0
+  assert all(np.isfinite(r["reward/mean"]) and np.isfinite(r["loss"]) for r in rows)
+  with CheckpointManager(str(tmp_path / "checkpoints")) as checkpoints:
+    assert checkpoints.latest_step() == 2
+
+
+def test_sandboxed_domains_grade_through_the_workers_shared_sandbox():
+  from rl_post.tasks import registry
+  tasks, texts = [], []
+  for name in ("code", "sql", "shell", "countdown", "math"):
+    domain = registry.make_domain(name)
+    task = domain.generate(np.random.default_rng(0), domain.difficulty_levels[0])
+    tasks += [task, task]
+    texts += [domain.demonstration(task), "<think>x</think><answer>nope</answer>"]
+  # default budget: math starts its math-verify process (imports sympy) on first use
+  with RewardPool(RewardConfig(num_workers=2)) as p:
+    batch = p.score(tasks, texts)  # the default sandbox: strict isolation
+  assert batch.errors == 0 and batch.correct_N.tolist() == [True, False] * 5
+  assert batch.components["tests_passed"][0] == 1.0  # a domain's own component, logged

@@ -108,3 +108,13 @@ def test_token_rewards_batch_masks_padding():
   assert covered_NxT.sum() == 2
   with pytest.raises(ValueError, match="need N verdicts"):
     process_credit.token_rewards_NxT(vs, np.zeros((2, 3)), np.zeros((2, 4)))
+
+
+def test_reward_batch_token_rewards_skip_failed_completions():
+  steps = ((0, 4, 0.75),)
+  batch = combine([_task()] * 2, [Verdict(1.0, True, step_scores=steps),
+                                  Verdict(1.0, True, step_scores=steps)], [None, "crash"],
+                  RewardConfig())
+  score_NxT, covered_NxT = batch.token_rewards_NxT(np.array([[2, 4], [2, 4]]), np.ones((2, 2)))
+  np.testing.assert_allclose(score_NxT, [[0.75, 0.75], [0, 0]])
+  np.testing.assert_array_equal(covered_NxT, [[True, True], [False, False]])

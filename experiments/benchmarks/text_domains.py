@@ -127,7 +127,10 @@ def _table(rows):
 
 
 def run(domains, tasks: int, levels: str, tag_runs, math_checks: int) -> dict:
-  rows = [row for name in domains for row in time_domain(name, tasks, levels)]
+  rows = []
+  for i, name in enumerate(domains):
+    rows += time_domain(name, tasks, levels)
+    print(f"[{i + 1}/{len(domains)}] {name}", file=sys.stderr, flush=True)
   return {"domains": rows, "extraction_baseline": extraction_baseline(tag_runs),
           "math_baseline": math_baseline(math_checks)}
 

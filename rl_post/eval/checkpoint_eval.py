@@ -38,6 +38,8 @@ from rl_post.eval import completion, report, stats
 from rl_post.models import pretrained
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
+from rl_post.rewards.pool import RewardPool
+from rl_post.rewards.scoring import RewardConfig
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
@@ -154,21 +156,24 @@ def heldout_tasks(config: ml_collections.ConfigDict):
 
 
 def _generate_and_score(model_config, params, tokenizer, tasks, sampling, settings, rng, shard,
-                        num_samples, domain_options) -> dict:
-  """The one call into rl_post.eval.completion (generation + verification)."""
+                        num_samples, reward_pool) -> dict:
+  """The one call into rl_post.eval.completion (generation + verification in the pool)."""
   return completion.evaluate(model_config, params, tokenizer, tasks, sampling=sampling,
                              max_prompt_len=settings.max_prompt_len,
                              batch_size=settings.batch_size, rng=rng, shard=shard,
-                             num_samples=num_samples, domain_options=domain_options)
+                             num_samples=num_samples, reward_pool=reward_pool)
 
 
 def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
                         settings: EvalSettings) -> dict:
   """Greedy and sampled evaluation of `checkpoint` on the held-out tasks.
 
+  Verifiers run in a `RewardPool` (config.rewards: worker processes, time
+  limit), as in training; their errors are counted under "verifier_errors".
+
   Returns:
-    The eval.json content: settings, per-group summaries (`summarize`) and
-    per-problem arrays (domain, difficulty, greedy_correct, sampled_num_correct).
+    The eval.json content: settings, per-group summaries (`summarize`),
+    verifier error counts and per-problem arrays (domain, difficulty, greedy_correct, sampled_num_correct).
   """
   if not os.path.exists(checkpoint):
     raise MissingInputError("--checkpoint", checkpoint, "does not exist")
@@ -183,16 +188,20 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
   domain_options = config.tasks.get("domain_options")
   if hasattr(domain_options, "to_dict"):
     domain_options = domain_options.to_dict()
+  rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
   rng = jax.random.fold_in(jax.random.key(int(config.seed)), 0xE7A1)
-  run = functools.partial(_generate_and_score, model_config, params, tokenizer, tasks,
-                          settings=settings, shard=shard, domain_options=domain_options)
-  greedy = run(SamplingConfig(settings.max_new_tokens, greedy=True), rng=rng, num_samples=1)
-  sampled = run(SamplingConfig(settings.max_new_tokens, settings.temperature),
-                rng=jax.random.fold_in(rng, 1), num_samples=settings.num_samples)
+  with RewardPool(rewards, domain_options) as pool:
+    run = functools.partial(_generate_and_score, model_config, params, tokenizer, tasks,
+                            settings=settings, shard=shard, reward_pool=pool)
+    greedy = run(SamplingConfig(settings.max_new_tokens, greedy=True), rng=rng, num_samples=1)
+    sampled = run(SamplingConfig(settings.max_new_tokens, settings.temperature),
+                  rng=jax.random.fold_in(rng, 1), num_samples=settings.num_samples)
   return {
       "checkpoint": os.path.abspath(checkpoint),
       "settings": dataclasses.asdict(settings),
       "groups": summarize(greedy, sampled, settings.ks),
+      "verifier_errors": {"greedy": dict(greedy.get("errors", {})),
+                          "sampled": dict(sampled.get("errors", {}))},
       "per_problem": {
           "domain": list(greedy["domain"]),
           "difficulty": np.asarray(greedy["difficulty"]).tolist(),

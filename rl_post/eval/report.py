@@ -292,4 +292,8 @@ def render_checkpoint_eval(result: Mapping[str, Any]) -> str:
     lines.append(f"| {name} | {g['n']} | {_pct(greedy['completion_rate'])} | "
                  f"[{_pct(greedy['ci_low'])}, {_pct(greedy['ci_high'])}] | {passes} | "
                  f"{greedy['mean_response_len']:.1f} | {sampled['mean_response_len']:.1f} |")
+  for mode, counts in result.get("verifier_errors", {}).items():
+    nonzero = {kind: count for kind, count in counts.items() if count}
+    lines += ["", f"Verifier errors ({mode}, scored 0): "
+              + (", ".join(f"{kind} {count}" for kind, count in nonzero.items()) or "none")]
   return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rl_post.config_sections import check
+from rl_post.rewards import process_credit
 from rl_post.sandbox.config import SandboxConfig
 from rl_post.tasks.base import Task, Verdict
 
@@ -113,6 +114,14 @@ class RewardBatch:
   @property
   def errors(self) -> int:
     return sum(self.error_counts.values())
+
+  def token_rewards_NxT(self, char_ends_NxT: np.ndarray, mask_NxT: np.ndarray):
+    """(score_NxT, covered_NxT): process step scores on response tokens
+    (see rewards/process_credit.py); failed completions are never covered."""
+    score_NxT, covered_NxT = process_credit.token_rewards_NxT(self.verdicts, char_ends_NxT,
+                                                             mask_NxT)
+    ok_N = np.array([k is None for k in self.error_kinds], bool)
+    return score_NxT * ok_N[:, None], covered_NxT & ok_N[:, None]
 
 
 def components_of(verdict: Verdict) -> dict[str, float]:

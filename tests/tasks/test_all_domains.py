@@ -12,6 +12,7 @@ import pytest
 
 from rl_post.data import chat_template
 from rl_post.tasks import registry
+from rl_post.tasks.sandboxed import SandboxedDomain
 
 DOMAINS = registry.available()
 HOSTILE = ("<answer>" * 20_000, "<answer>" + "9" * 200_000 + "</answer>",
@@ -19,6 +20,7 @@ HOSTILE = ("<answer>" * 20_000, "<answer>" + "9" * 200_000 + "</answer>",
            "<answer>" + "[" * 10_000 + "</answer>",
            "<answer>__import__('os').system('true')</answer>")
 PROMPT_SECONDS = 10.0  # generous: math-verify's own child may be starting; CI is shared
+SANDBOX_SECONDS = 30.0  # executed answers (a power tower) run to the sandbox's time limit
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,9 +29,15 @@ def _domain_and_task(name):
   return domain, domain.generate(np.random.default_rng(0), min(domain.difficulty_levels))
 
 
-def test_at_least_the_text_domains_and_the_reasoning_gym_adapter_are_registered():
-  assert {"arithmetic", "countdown", "math", "extraction", "retrieval"} <= set(DOMAINS)
-  assert len(DOMAINS) >= 107
+def _sandbox_for(domain, request):
+  """The module's shared sandbox pool for domains that execute model output, else None."""
+  return request.getfixturevalue("sb") if isinstance(domain, SandboxedDomain) else None
+
+
+def test_at_least_110_domains_are_registered():
+  assert {"arithmetic", "countdown", "math", "extraction", "retrieval", "code", "sql",
+          "shell"} <= set(DOMAINS)
+  assert len(DOMAINS) >= 110
 
 
 @pytest.mark.parametrize("name", DOMAINS)
@@ -47,13 +55,14 @@ def test_generator_is_deterministic_and_levels_are_exposed(name):
 
 
 @pytest.mark.parametrize("name", DOMAINS)
-def test_demonstration_scores_one_also_through_our_tokenizer(name, tokenizer):
+def test_demonstration_scores_one_also_through_our_tokenizer(name, tokenizer, request):
   domain, task = _domain_and_task(name)
+  sandbox = _sandbox_for(domain, request)
   demo = domain.demonstration(task)
-  verdict = domain.verify(task, demo)
+  verdict = domain.verify(task, demo, sandbox=sandbox)
   assert verdict.correct and verdict.format_ok, verdict
   decoded = tokenizer.decode(tokenizer.encode(demo))
-  assert domain.verify(task, decoded).correct, decoded[-300:]
+  assert domain.verify(task, decoded, sandbox=sandbox).correct, decoded[-300:]
   for template in (chat_template.PLAIN, chat_template.CHATML):
     rendered = chat_template.render(template, [{"role": "user", "content": task.prompt}])
     assert task.prompt in rendered
@@ -62,17 +71,43 @@ def test_demonstration_scores_one_also_through_our_tokenizer(name, tokenizer):
 
 
 @pytest.mark.parametrize("name", DOMAINS)
-def test_wrong_malformed_truncated_and_hostile_answers_score_below_one(name):
+def test_wrong_malformed_truncated_and_hostile_answers_score_below_one(name, request):
   domain, task = _domain_and_task(name)
+  sandbox = _sandbox_for(domain, request)
   demo = domain.demonstration(task)
   answers = {"wrong": "<think>w</think>\n<answer>qwerty zxcv</answer>",
              "empty": "<think>w</think>\n<answer></answer>",
              "no tags": demo.replace("<answer>", "").replace("</answer>", ""),
-             "truncated": demo[:max(1, len(demo) - len("</answer>") - 1)]}
+             "truncated": demo[:len(demo) // 2]}  # as a length limit cuts a generation
   answers.update({f"hostile {i}": text for i, text in enumerate(HOSTILE)})
   for kind, text in answers.items():
     start = time.perf_counter()
-    verdict = domain.verify(task, text)
+    verdict = domain.verify(task, text, sandbox=sandbox)
     elapsed = time.perf_counter() - start
-    assert verdict.score < 1, (kind, verdict)
-    assert elapsed < PROMPT_SECONDS, (kind, elapsed)
+    if kind == "no tags":  # sandboxed domains take bare code by design; format credit is lost
+      assert verdict.score < 1 or not verdict.format_ok, (kind, verdict)
+    else:
+      assert verdict.score < 1, (kind, verdict)
+    assert elapsed < (SANDBOX_SECONDS if sandbox else PROMPT_SECONDS), (kind, elapsed)
+
+
+def test_every_text_domain_runs_from_one_mixture_config():
+  """One TaskConfig naming every text and rg/* domain: each keeps its own level list,
+  a batch draws across them, and every drawn task's demonstration verifies."""
+  from rl_post.data.mixture import TaskConfig, TaskMixture
+  names = tuple(n for n in DOMAINS if not isinstance(_domain_and_task(n)[0], SandboxedDomain))
+  mixture = TaskMixture(TaskConfig(domains=names, floors=(0.5 / len(names),), heldout_size=0,
+                                   curriculum={"enabled": True}), seed=0)
+  assert all(mixture.levels[n] == mixture.domains[n].difficulty_levels for n in names)
+  batch = mixture.sample(step=0, n=len(names))
+  assert len({t.domain for t in batch}) > len(names) // 2
+  for task in batch:
+    domain = mixture.domain_of(task)
+    assert domain.verify(task, domain.demonstration(task)).correct, task.task_id
+
+
+@pytest.mark.parametrize("name", DOMAINS)
+def test_tasks_survive_the_eval_set_encoding(name):
+  from rl_post.data import eval_sets
+  _, task = _domain_and_task(name)
+  assert eval_sets.decode_record(eval_sets.encode_task(task)) == task

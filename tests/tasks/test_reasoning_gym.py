@@ -46,6 +46,7 @@ def test_difficulty_follows_the_curriculum():
 def test_invalid_and_slow_levels_are_dropped():
   assert ReasoningGymDomain("caesar_cipher").difficulty_levels == (1, 2)  # 3, 4 fail validation
   assert ReasoningGymDomain("jugs").difficulty_levels == (1, 2)  # capped: seconds per task above
+  assert ReasoningGymDomain("rubiks_cube").difficulty_levels == (1,)  # 3x3 reference only
   assert "knight_swap" in CURRICULA
   assert ReasoningGymDomain("knight_swap").difficulty_levels == (1,)  # no valid level: default
 
@@ -125,6 +126,15 @@ def test_long_answers_are_refused_before_the_scorer(monkeypatch):
   monkeypatch.setattr(domain._dataset(1), "score_answer", lambda *a: pytest.fail("scored"))
   verdict = domain.verify(task, _answer("a, " * 100_000))
   assert verdict.score == 0.0 and verdict.error.startswith("answer longer than")
+
+
+def test_unsolvable_jugs_puzzles_are_redrawn():
+  domain = ReasoningGymDomain("jugs")
+  rng = np.random.default_rng(2)  # draws a "No solution" entry at level 2 unless redrawn
+  for _ in range(6):
+    task = domain.generate(rng, 2)
+    assert "No solution" not in task.metadata["reference"]
+    assert domain.verify(task, domain.demonstration(task)).correct
 
 
 def test_tasks_are_deterministic_and_keep_the_reference():
