@@ -30,6 +30,10 @@ class GRPOConfig:
     eval_every: held-out evaluation period in steps (0: only at the end).
     checkpoint_every: checkpoint period in steps.
     init_from: directory of exported SFT params ("" = fresh init).
+    prompt_buckets: prompt widths generation pads to (the smallest that
+      fits the batch's longest prompt); () = the sampler's powers of two.
+      (max_prompt_len,) gives one compiled shape for every batch of a
+      mixture whose prompt lengths vary (sql schemas next to short sums).
   """
   num_steps: int = 100
   batch_size: int = 16
@@ -49,6 +53,7 @@ class GRPOConfig:
   eval_every: int = 0
   checkpoint_every: int = 20
   init_from: str = ""
+  prompt_buckets: tuple[int, ...] = ()
 
   def __post_init__(self):
     check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
@@ -76,6 +81,11 @@ class GRPOConfig:
           "must be float32 or bfloat16", self.ref_dtype)
     check(self.eval_every >= 0, "eval_every", "must be >= 0", self.eval_every)
     check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1", self.checkpoint_every)
+    check(list(self.prompt_buckets) == sorted(set(self.prompt_buckets))
+          and all(isinstance(b, int) and b > 0 for b in self.prompt_buckets)
+          and (not self.prompt_buckets or self.prompt_buckets[-1] >= self.max_prompt_len),
+          "prompt_buckets", "must be strictly increasing positive ints, the last >= "
+          f"max_prompt_len ({self.max_prompt_len}), or empty", self.prompt_buckets)
 
   @property
   def rollouts_per_step(self) -> int:
