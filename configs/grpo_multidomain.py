@@ -51,6 +51,10 @@ def common(c, variant: str):
   c.rewards.weights = REWARD_WEIGHTS
   c.rewards.update(num_workers=2, timeout_s=30.0)
   c.rewards.sandbox.update(num_workers=2, timeout_s=10.0)
+  # Sized to finish on a shared 2-core CPU in ~10 minutes (docs/multidomain.md); on an
+  # accelerator raise model.*, sft.num_steps and rl.num_steps from the command line.
+  c.model.update(num_layers=2, embed_dim=96, num_heads=4, num_kv_heads=2, head_dim=24,
+                 mlp_dim=256)
   if variant == "tiny":
     c.model.update(num_layers=2, embed_dim=64, mlp_dim=128, head_dim=16)
     c.tokenizer.corpus_examples = 1500
@@ -64,17 +68,17 @@ def common(c, variant: str):
 def get_config(variant: str = ""):
   c = common(base.get_base(), variant)
   # Prompts are up to ~300 tokens (extraction, level 2); one bucket = one compiled shape.
-  c.rl = dict(num_steps=20, batch_size=8, num_generations=8, max_prompt_len=320,
-              prompt_buckets=(320,), max_new_tokens=80, temperature=1.0, kl_coef=0.0,
-              clip_low=0.2, clip_high=0.28, aggregation="token_mean", advantage_scale="std",
-              num_epochs=1, num_minibatches=2, eval_every=0, checkpoint_every=10, init_from="")
-  c.optimizer = dict(learning_rate=1e-4, schedule="constant", warmup_steps=0, total_steps=20,
+  # The algorithm's own settings (clipping, KL, aggregation) keep their GRPO defaults.
+  c.rl = dict(num_steps=12, batch_size=7, num_generations=4, max_prompt_len=320,
+              prompt_buckets=(320,), max_new_tokens=80, temperature=1.0, num_epochs=1,
+              num_minibatches=1, eval_every=0, checkpoint_every=6, init_from="")
+  c.optimizer = dict(learning_rate=2e-4, schedule="constant", warmup_steps=0, total_steps=12,
                      weight_decay=0.0, grad_clip_norm=1.0)
   c.filtering = dict(enabled=True, max_rounds=1)
   if variant == "tiny":
     # Level-1 prompts only (the curriculum never moves in 3 steps): <= ~140 tokens.
     c.rl.update(num_steps=3, batch_size=7, num_generations=2, max_new_tokens=64,
-                max_prompt_len=160, prompt_buckets=(160,), num_minibatches=1,
+                max_prompt_len=160, prompt_buckets=(160,),
                 checkpoint_every=3)
     c.optimizer.total_steps = 3
   return c
