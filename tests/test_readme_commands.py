@@ -55,6 +55,9 @@ _MULTI_SFT = ("python experiments/train_sft.py --config=configs/sft_multidomain.
 _MULTI_RL = ("python experiments/train_rl.py --config=configs/grpo_multidomain.py "
              "--workdir=/tmp/rl_post/multi_grpo "
              "--config.rl.init_from=/tmp/rl_post/multi_sft/export")
+_MULTI_EVALUATE = ("python experiments/evaluate.py --config=configs/grpo_multidomain.py "
+                   "--checkpoint=/tmp/rl_post/multi_grpo --workdir=/tmp/rl_post/multi_eval_grpo "
+                   "--num_samples=2 --ks=1,2")
 MULTI_TOK = "{work}/tokenizer/multidomain.model"
 
 COMMANDS = {
@@ -131,6 +134,14 @@ COMMANDS = {
               f"--config.tokenizer.path={MULTI_TOK}", "--config.rl.num_steps=1"),
         outputs=("multi_grpo/metrics.jsonl", "multi_grpo/config.json"),
         after=(_MULTI_SFT,)),
+    _MULTI_EVALUATE: Entry(  # :tiny trains on no held-out set; give it 7 (levels 1-2)
+        argv=("{py}", "experiments/evaluate.py", "--config=configs/grpo_multidomain.py:tiny",
+              "--checkpoint={work}/multi_grpo", "--workdir={work}/multi_eval_grpo",
+              f"--config.tokenizer.path={MULTI_TOK}", "--config.tasks.heldout_size=7",
+              "--config.rl.max_prompt_len=320", "--config.rl.prompt_buckets=(320,)",
+              "--num_samples=2", "--ks=1,2"),
+        outputs=("multi_eval_grpo/eval.json", "multi_eval_grpo/eval.md"),
+        after=(_MULTI_RL,)),
 }
 
 
