@@ -83,9 +83,10 @@ def test_grpo_logs_every_domain_and_no_verifier_failures(run):
   for d in DOMAINS:
     assert sum(r.get(f"domain/{d}/count", 0) for r in rows) > 0, d
     for key in (f"domain/{d}/pass_rate", f"domain/{d}/reward", f"reward/{d}/outcome",
-                f"reward/{d}/format", f"reward/{d}/mean", f"pass_rate/{d}",
-                f"curriculum/{d}/difficulty"):
+                f"reward/{d}/format", f"reward/{d}/mean", f"reward/{d}/errors",
+                f"pass_rate/{d}", f"curriculum/{d}/difficulty"):
       assert key in seen, key
+    assert sum(r.get(f"reward/{d}/errors", 0) for r in rows) == 0, d
   for r in rows:  # every completion got a real verdict: nothing timed out, crashed or raised
     assert {r[f"reward/errors/{kind}"] for kind in ERROR_KINDS} == {0}, r["step"]
     assert r["filtering/rounds"] >= 1
