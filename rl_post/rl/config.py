@@ -41,6 +41,10 @@ class RLConfig:
     checkpoint_every: checkpoint period in steps.
     init_from: directory of exported SFT params ("" = fresh init).
     algo: the chosen algorithm's config (set by `load`, not a section field).
+    prompt_buckets: prompt widths generation pads to (the smallest that
+      fits the batch's longest prompt); () = the sampler's powers of two.
+      (max_prompt_len,) gives one compiled shape for every batch of a
+      mixture whose prompt lengths vary (sql schemas next to short sums).
   """
   algorithm: str = "grpo"
   num_steps: int = 100
@@ -59,6 +63,7 @@ class RLConfig:
   checkpoint_every: int = 20
   init_from: str = ""
   algo: Any = None
+  prompt_buckets: tuple[int, ...] = ()
 
   def __post_init__(self):
     alg = registry.get(self.algorithm)
@@ -88,6 +93,11 @@ class RLConfig:
       object.__setattr__(self, "algo", alg.config_cls())
     check(isinstance(self.algo, alg.config_cls), "algo",
           f"must be a {alg.config_cls.__name__}", self.algo)
+    check(list(self.prompt_buckets) == sorted(set(self.prompt_buckets))
+          and all(isinstance(b, int) and b > 0 for b in self.prompt_buckets)
+          and (not self.prompt_buckets or self.prompt_buckets[-1] >= self.max_prompt_len),
+          "prompt_buckets", "must be strictly increasing positive ints, the last >= "
+          f"max_prompt_len ({self.max_prompt_len}), or empty", self.prompt_buckets)
 
   @property
   def rollouts_per_step(self) -> int:
