@@ -93,6 +93,9 @@ def test_resolve_auto_detects_slurm_and_tpu_and_stays_single_host_otherwise():
                                     "TPU_WORKER_ID": "2"}).source == "tpu"
   assert distributed.resolve(auto, {"TPU_WORKER_HOSTNAMES": "localhost"}) is None
   assert distributed.resolve(auto, {}) is None
+  assert distributed.resolve(auto, {distributed.ENV_CLUSTER: "tpu"}).source == "tpu"
+  with pytest.raises(ValueError, match="must be one of"):
+    distributed.resolve(auto, {distributed.ENV_CLUSTER: "k8s"})
 
 
 @pytest.mark.parametrize("config,env,message", [

@@ -12,8 +12,9 @@ the others:
   mode="auto"      from the environment: RL_POST_COORDINATOR_ADDRESS /
                    RL_POST_NUM_PROCESSES / RL_POST_PROCESS_ID if set, else a
                    SLURM job step or a Cloud TPU VM slice (JAX reads their
-                   variables itself); a single-host environment stays
-                   single-process.
+                   variables and metadata itself; RL_POST_CLUSTER=tpu|slurm
+                   forces one, as launch/tpu_pod.sh does); a single-host
+                   environment stays single-process.
 
 `initialize` runs once per process, before anything touches a JAX backend
 (`rl_post.training.run.setup_run` calls it first).
@@ -32,6 +33,8 @@ MODES = ("off", "auto", "explicit")
 ENV_COORDINATOR = "RL_POST_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "RL_POST_NUM_PROCESSES"
 ENV_PROCESS_ID = "RL_POST_PROCESS_ID"
+ENV_CLUSTER = "RL_POST_CLUSTER"
+CLUSTERS = ("tpu", "slurm")
 # Variables that say "this is one worker of a multi-host Cloud TPU slice".
 _TPU_ENV = ("TPU_WORKER_HOSTNAMES", "CLOUD_TPU_TASK_ID", "TPU_WORKER_ID", "MEGASCALE_COORDINATOR_ADDRESS")
 
@@ -116,6 +119,10 @@ def resolve(config: DistributedConfig, environ: Mapping[str, str] | None = None)
   if config.mode == "explicit":
     return _explicit(config.coordinator_address, config.num_processes, config.process_id,
                      "config", config.local_device_ids)
+  if ENV_CLUSTER in environ:
+    if environ[ENV_CLUSTER] not in CLUSTERS:
+      raise ValueError(f"{ENV_CLUSTER}={environ[ENV_CLUSTER]!r} must be one of {CLUSTERS}")
+    return InitArgs(environ[ENV_CLUSTER], local_device_ids=tuple(config.local_device_ids) or None)
   if "SLURM_JOB_ID" in environ and "SLURM_STEP_NODELIST" in environ:
     ntasks = _env_int(environ, "SLURM_NTASKS") if "SLURM_NTASKS" in environ else 1
     if ntasks > 1:
