@@ -129,7 +129,8 @@ def main(argv):
     reports.append(report)
     all_fit &= report["fits"]
     print(_row(label, report), flush=True)
-  print(f"devices: {reports[0]['devices']}")
+  for how in sorted({r["devices"] for r in reports}):
+    print(f"devices: {how}")
   print("rows x seq_len per step:", sorted({(r['rows'], r['seq_len']) for r in reports}))
   if _JSON_OUT.value:
     with open(_JSON_OUT.value, "w") as f:

@@ -49,6 +49,12 @@ _RING = ("launch/local.sh --devices=8 experiments/train_rl.py "
 _CHAOS = ("launch/local.sh --restart_on_failure=2 experiments/train_rl.py "
           "--config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/grpo_chaos "
           "--config.faults.corrupt_checkpoint_at_steps=(2,) --config.faults.kill_at_steps=(3,)")
+_AOT = "python experiments/aot_check.py --config=configs/grpo_arithmetic.py --target=v5e-8"
+_TPU_POD = ("launch/tpu_pod.sh --name=rl-pod --zone=us-east5-a --accelerator=v5p-64 --dry_run "
+            "-- experiments/train_rl.py --config=configs/grpo_arithmetic.py "
+            "--workdir=gs://my-bucket/grpo")
+_SLURM = ("launch/slurm_gpu.sbatch --nodes=2 --gpus_per_node=8 --dry_run "
+          "experiments/train_rl.py --config=configs/grpo_arithmetic.py --workdir=/shared/grpo")
 
 COMMANDS = {
     "bash launch/demo.sh": Entry(
@@ -107,6 +113,12 @@ COMMANDS = {
         outputs=("grpo_chaos/restarts.jsonl", "grpo_chaos/faults.jsonl",
                  "grpo_chaos/metrics.jsonl"),
         after=(_BUILD_TOKENIZER,)),
+    _AOT: Entry(
+        argv=("{py}", "experiments/aot_check.py", "--config=configs/grpo_arithmetic.py",
+              "--target=v5e-8", "--json_out={work}/aot.json"),
+        outputs=("aot.json",)),
+    _TPU_POD: Entry(argv=tuple(_TPU_POD.split())),  # --dry_run: prints, runs nothing
+    _SLURM: Entry(argv=tuple(_SLURM.split())),
 }
 
 
