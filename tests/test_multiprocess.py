@@ -122,3 +122,58 @@ def test_bad_mode_is_rejected_by_the_section():
 def test_off_mode_initialises_nothing():
   assert distributed.initialize(dict(mode="off")) is None
   assert distributed.initialize(None) is None
+
+
+def _sft(workdir, tok, steps, processes, port=0, process_id=0):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.dirname(HERE) + os.pathsep +
+             os.environ.get("PYTHONPATH", ""),
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // processes}")
+  flags = []
+  if processes > 1:
+    env.update(RL_POST_COORDINATOR_ADDRESS=f"localhost:{port}",
+               RL_POST_NUM_PROCESSES=str(processes), RL_POST_PROCESS_ID=str(process_id))
+    flags.append("--config.distributed.mode=auto")
+  argv = [sys.executable, os.path.join(os.path.dirname(HERE), "experiments", "train_sft.py"),
+          "--config=configs/sft_arithmetic.py:tiny", f"--workdir={workdir}",
+          f"--config.tokenizer.path={tok}", f"--config.sft.num_steps={steps}",
+          "--config.sft.checkpoint_every=2", *flags]
+  return subprocess.Popen(argv, env=env, cwd=os.path.dirname(HERE), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+
+def _losses(workdir):
+  from rl_post.metrics.writers import read_metrics
+  return {r["step"]: (r["loss"], r["token_accuracy"]) for r in read_metrics(workdir)}
+
+
+def test_two_process_sft_resumes_after_kill_9_and_matches_one_process(tokenizer_path, tmp_path):
+  import signal
+  import time
+  steps = 6
+  one = _sft(tmp_path / "one", tokenizer_path, steps, 1)
+  port = _free_port()
+  two = [_sft(tmp_path / "two", tokenizer_path, steps, 2, port, i) for i in (0, 1)]
+  first_checkpoint = tmp_path / "two" / "checkpoints" / "2"
+  deadline = time.time() + 600
+  while not first_checkpoint.exists() and time.time() < deadline and two[1].poll() is None:
+    time.sleep(0.05)
+  assert two[1].poll() is None, two[1].communicate()[0][-3000:]
+  os.kill(two[1].pid, signal.SIGKILL)  # one host dies mid-run
+  assert two[1].wait() == -signal.SIGKILL
+  try:  # its peer fails or blocks in a collective; the scheduler would end it too
+    two[0].wait(timeout=30)
+  except subprocess.TimeoutExpired:
+    two[0].kill()
+    two[0].wait()
+  assert not (tmp_path / "two" / "export").exists()  # it really stopped before the end
+  port = _free_port()
+  again = [_sft(tmp_path / "two", tokenizer_path, steps, 2, port, i) for i in (0, 1)]
+  logs = [p.communicate(timeout=600)[0] for p in again]
+  assert [p.returncode for p in again] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+  assert "resumed SFT at step" in logs[0]
+  assert one.communicate(timeout=600)[0] is not None and one.returncode == 0
+  got, want = _losses(tmp_path / "two"), _losses(tmp_path / "one")
+  assert sorted(got) == sorted(want) == list(range(1, steps + 1))
+  for step in want:
+    np.testing.assert_allclose(got[step], want[step], atol=TOL, rtol=TOL, err_msg=str(step))
+  assert (tmp_path / "two" / "export").exists()
