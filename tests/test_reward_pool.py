@@ -159,7 +159,7 @@ def test_training_and_its_eval_survive_a_faulty_verifier_mix(tokenizer_path, tmp
     assert checkpoints.latest_step() == 2
 
 
-def test_sandboxed_domains_grade_through_the_workers_shared_sandbox(pool):
+def test_sandboxed_domains_grade_through_the_workers_shared_sandbox():
   from rl_post.tasks import registry
   tasks, texts = [], []
   for name in ("code", "sql", "shell", "countdown", "math"):
@@ -167,6 +167,8 @@ def test_sandboxed_domains_grade_through_the_workers_shared_sandbox(pool):
     task = domain.generate(np.random.default_rng(0), domain.difficulty_levels[0])
     tasks += [task, task]
     texts += [domain.demonstration(task), "<think>x</think><answer>nope</answer>"]
-  batch = pool.score(tasks, texts)  # the pool's default sandbox: strict isolation
+  # default budget: math starts its math-verify process (imports sympy) on first use
+  with RewardPool(RewardConfig(num_workers=2)) as p:
+    batch = p.score(tasks, texts)  # the default sandbox: strict isolation
   assert batch.errors == 0 and batch.correct_N.tolist() == [True, False] * 5
   assert batch.components["tests_passed"][0] == 1.0  # a domain's own component, logged
