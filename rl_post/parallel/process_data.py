@@ -78,13 +78,6 @@ def put_batch(tree: Any, batch_shardings: Any) -> Any:
   return global_batch(local, batch_shardings, global_rows)
 
 
-def sum_over_processes(value: float | int) -> float:
-  """A host-side counter summed over all processes (e.g. dropped examples)."""
-  if jax.process_count() == 1:
-    return value
-  return float(np.sum(multihost_utils.process_allgather(np.asarray(value, np.float64))))
-
-
 def fetch(tree: Any) -> Any:
   """Global arrays as numpy on every process (metrics, small tensors)."""
   if jax.process_count() == 1:
