@@ -59,6 +59,12 @@ _MULTI_EVALUATE = ("python experiments/evaluate.py --config=configs/grpo_multido
                    "--checkpoint=/tmp/rl_post/multi_grpo --workdir=/tmp/rl_post/multi_eval_grpo "
                    "--num_samples=2 --ks=1,2")
 MULTI_TOK = "{work}/tokenizer/multidomain.model"
+_AOT = "python experiments/aot_check.py --config=configs/grpo_arithmetic.py --target=v5e-8"
+_TPU_POD = ("launch/tpu_pod.sh --name=rl-pod --zone=us-east5-a --accelerator=v5p-64 --dry_run "
+            "-- experiments/train_rl.py --config=configs/grpo_arithmetic.py "
+            "--workdir=gs://my-bucket/grpo")
+_SLURM = ("launch/slurm_gpu.sbatch --nodes=2 --gpus_per_node=8 --dry_run "
+          "experiments/train_rl.py --config=configs/grpo_arithmetic.py --workdir=/shared/grpo")
 
 COMMANDS = {
     "bash launch/demo.sh": Entry(
@@ -142,6 +148,12 @@ COMMANDS = {
               "--num_samples=2", "--ks=1,2"),
         outputs=("multi_eval_grpo/eval.json", "multi_eval_grpo/eval.md"),
         after=(_MULTI_RL,)),
+    _AOT: Entry(
+        argv=("{py}", "experiments/aot_check.py", "--config=configs/grpo_arithmetic.py",
+              "--target=v5e-8", "--json_out={work}/aot.json"),
+        outputs=("aot.json",)),
+    _TPU_POD: Entry(argv=tuple(_TPU_POD.split())),  # --dry_run: prints, runs nothing
+    _SLURM: Entry(argv=tuple(_SLURM.split())),
 }
 
 
