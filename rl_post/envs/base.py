@@ -108,10 +108,18 @@ class Env(abc.ABC):
       return "", True, StepInfo("", None, 0.0, self.turns, False)
     outcome: CallOutcome = tools.finish_call(planned, self.workspace, result, self.limits)
     self.done = outcome.submitted or self.turns >= self.max_turns
-    observation = "" if outcome.submitted else protocol.format_response(outcome.observation)
+    # A finished episode has no next turn, so the last response is not shown
+    # (its effect on the workspace, e.g. a final edit, stays).
+    observation = "" if self.done else protocol.format_response(outcome.observation)
     self.transcript += observation
     return observation, self.done, StepInfo(outcome.tool, outcome.error_kind, outcome.seconds,
                                             self.turns, True)
+
+  def end_out_of_context(self, observation: str):
+    """Ends the episode because `observation` does not fit in the sequence."""
+    if self.transcript.endswith(observation):
+      self.transcript = self.transcript[:len(self.transcript) - len(observation)]
+    self.done = True
 
   def step(self, turn_text: str, sandbox):
     planned = self.plan(turn_text)
