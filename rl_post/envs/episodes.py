@@ -75,11 +75,14 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
                  sampling: SamplingConfig, sandbox, rng=None, seeds_B=None,
                  config: EpisodeConfig = EpisodeConfig(),
                  encode_prompt: Optional[Callable[[str], list]] = None,
+                 encode_observation: Optional[Callable[[str], list]] = None,
                  metrics: Optional[EpisodeMetrics] = None) -> EpisodeResult:
   """Runs one episode per (env, task) with the model; see the module docstring.
 
   encode_prompt: first observation -> prompt token ids (default
-  `tokenizer.encode`; pass a chat-template renderer for pretrained models).
+  `tokenizer.encode`); encode_observation: tool response -> appended ids
+  (default `tokenizer.encode`). For pretrained models pass
+  `rl_post.envs.chat.chat_encoders(tokenizer)`.
   """
   if len(envs) != len(tasks) or not envs:
     raise ValueError(f"need one env per task, got {len(envs)} envs and {len(tasks)} tasks")
@@ -90,6 +93,7 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
     raise ValueError("pass rng or seeds_B")
   metrics = metrics if metrics is not None else EpisodeMetrics()
   encode_prompt = encode_prompt or tokenizer.encode
+  encode_observation = encode_observation or tokenizer.encode
   sampling = with_call_stop(sampling)
   for env in envs:
     env.max_turns = min(env.max_turns, config.max_turns)
@@ -117,7 +121,7 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
       calls[b] += int(info.called)
       if done:
         continue
-      ids = tokenizer.encode(observation)
+      ids = encode_observation(observation)
       if lengths[b] + len(ids) + 1 > capacity:
         exhausted[b] = True
         envs[b].end_out_of_context(observation)
