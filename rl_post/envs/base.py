@@ -58,6 +58,8 @@ class Env(abc.ABC):
     self.workspace: Optional[Workspace] = None
     self.transcript = ""
     self.turns = 0
+    self.calls = 0
+    self.call_successes = 0
     self.done = True
 
   # -- what a domain defines ---------------------------------------------
@@ -85,6 +87,8 @@ class Env(abc.ABC):
     self.workspace = self.initial_workspace(task)
     self.transcript = ""
     self.turns = 0
+    self.calls = 0
+    self.call_successes = 0
     self.done = False
     return self.prompt(task)
 
@@ -107,6 +111,8 @@ class Env(abc.ABC):
       self.done = True
       return "", True, StepInfo("", None, 0.0, self.turns, False)
     outcome: CallOutcome = tools.finish_call(planned, self.workspace, result, self.limits)
+    self.calls += 1
+    self.call_successes += int(outcome.error_kind is None)
     self.done = outcome.submitted or self.turns >= self.max_turns
     # A finished episode has no next turn, so the last response is not shown
     # (its effect on the workspace, e.g. a final edit, stays).
