@@ -35,6 +35,7 @@ from rl_post.sandbox import request as request_lib
 from rl_post.sandbox import result as result_lib
 
 DB_FILE = "db.sqlite"
+PYTHON_LAUNCH = "exec python3 -"
 
 # name -> {argument: (type, required)}
 TOOL_ARGUMENTS = {
@@ -137,8 +138,10 @@ def plan_call(call, workspace: Workspace, tools, limits: ToolLimits) -> PlannedC
         "budget_exhausted", f"the episode's tool time ({limits.per_episode_s} s) is spent"))
   timeout = min(limits.per_call_s, left)
   if call.name == "python":
-    request = RunRequest(call.arguments["code"], "python", files=workspace.files,
-                         timeout_s=timeout, memory_mb=limits.memory_mb)
+    # `python3 -` in the work dir (program on stdin), as a model expects from
+    # running a script there: the work dir's packages are importable.
+    request = RunRequest(PYTHON_LAUNCH, "bash", stdin=call.arguments["code"],
+                         files=workspace.files, timeout_s=timeout, memory_mb=limits.memory_mb)
   elif call.name == "bash":
     request = RunRequest(call.arguments["command"], "bash", files=workspace.files,
                          timeout_s=timeout, memory_mb=limits.memory_mb)

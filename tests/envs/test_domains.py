@@ -71,3 +71,15 @@ def test_tests_cannot_be_gamed(sandbox):
     env.step(protocol.format_call("bash", {"command": cheat}), sandbox)
     env.step(protocol.format_call("submit", {}), sandbox)
     assert env.done and env.final_reward(sandbox) == 0.0, cheat
+
+
+def test_python_tool_imports_the_work_dir_and_is_stateless(sandbox):
+  from rl_post.envs import protocol
+  task = _tasks("repo_repair", 1, seed=4)[0]
+  pkg = task.metadata["module"].split("/")[0]
+  env = make_env("repo_repair", limits=LIMITS)
+  env.reset(task)
+  code = f"import {pkg}.core\nopen('new.txt', 'w').write('x')\nprint('imported', {pkg}.core.__name__)"
+  observation, _, info = env.step(protocol.format_call("python", {"code": code}), sandbox)
+  assert info.error_kind is None and f"imported {pkg}.core" in observation
+  assert "new.txt" not in env.workspace.files  # python runs on a copy
