@@ -21,13 +21,14 @@ so time is split between generation and tools; the metrics record both.
 """
 
 import dataclasses
+import os
 import time
 from typing import Callable, Optional, Sequence
 
 import jax
 import numpy as np
 
-from rl_post.envs import driver, protocol
+from rl_post.envs import driver, protocol, resume
 from rl_post.envs.metrics import EpisodeMetrics
 from rl_post.sampling.sampler import Rollout, SamplingConfig, extend, generate
 
@@ -76,13 +77,16 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
                  config: EpisodeConfig = EpisodeConfig(),
                  encode_prompt: Optional[Callable[[str], list]] = None,
                  encode_observation: Optional[Callable[[str], list]] = None,
-                 metrics: Optional[EpisodeMetrics] = None) -> EpisodeResult:
+                 metrics: Optional[EpisodeMetrics] = None,
+                 checkpoint_path: Optional[str] = None) -> EpisodeResult:
   """Runs one episode per (env, task) with the model; see the module docstring.
 
   encode_prompt: first observation -> prompt token ids (default
   `tokenizer.encode`); encode_observation: tool response -> appended ids
   (default `tokenizer.encode`). For pretrained models pass
-  `rl_post.envs.chat.chat_encoders(tokenizer)`.
+  `rl_post.envs.chat.chat_encoders(tokenizer)`. checkpoint_path: save the
+  batch before every resume of generation and, when the file exists,
+  continue from it (`rl_post.envs.resume`).
   """
   if len(envs) != len(tasks) or not envs:
     raise ValueError(f"need one env per task, got {len(envs)} envs and {len(tasks)} tasks")
@@ -97,18 +101,32 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
   sampling = with_call_stop(sampling)
   for env in envs:
     env.max_turns = min(env.max_turns, config.max_turns)
-  prompts, lens = _prompt_batch([encode_prompt(env.reset(task)) for env, task in
-                                 zip(envs, tasks)], tokenizer.pad_id)
   common = dict(model_config=model_config, config=sampling, eos_id=tokenizer.eos_id,
                 pad_id=tokenizer.pad_id, max_new_tokens=config.turn_tokens,
                 detokenize=tokenizer.decode)
   batch = len(envs)
+  task_ids = [t.task_id for t in tasks]
+  snap = resume.load(checkpoint_path, task_ids) if checkpoint_path else None
   start = time.perf_counter()
-  rollout, state = generate(params, prompts, lens, rng, seeds_B=seeds_B, return_state=True,
-                            **common)
-  turn_start = lens.copy()
-  calls, exhausted = np.zeros(batch, np.int32), np.zeros(batch, bool)
-  active = list(range(batch))
+  if snap is None:
+    prompts, lens = _prompt_batch([encode_prompt(env.reset(task)) for env, task in
+                                   zip(envs, tasks)], tokenizer.pad_id)
+    rollout, state = generate(params, prompts, lens, rng, seeds_B=seeds_B, return_state=True,
+                              **common)
+    turn_start = lens.copy()
+    calls, exhausted = np.zeros(batch, np.int32), np.zeros(batch, bool)
+    active = list(range(batch))
+  else:
+    prompts, lens = snap["prompts"], snap["lens"]
+    for env, saved in zip(envs, snap["envs"]):
+      env.__dict__.update(saved.__dict__)
+    metrics.__dict__.update(snap["metrics"].__dict__)
+    turn_start, calls, exhausted = snap["turn_start"], snap["calls"], snap["exhausted"]
+    active = snap["pending"]
+    rollout, state = resume.rebuild(params, snap, model_config=model_config, sampling=sampling,
+                                    pad_id=tokenizer.pad_id, eos_id=tokenizer.eos_id,
+                                    turn_tokens=config.turn_tokens,
+                                    detokenize=tokenizer.decode)
   while active:
     tokens, lengths = jax.device_get((state.tokens_BxT, state.lengths_B))
     metrics.generation_seconds += time.perf_counter() - start
@@ -131,10 +149,16 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
     active = rows
     if not rows:
       break
-    start = time.perf_counter()
     for b, ids in zip(rows, appended):
       turn_start[b] = lengths[b] + len(ids)
+    if checkpoint_path:
+      resume.save(checkpoint_path, resume.snapshot_of(
+          state, prompts, lens, rows, appended, envs, turn_start, calls, exhausted, metrics,
+          task_ids))
+    start = time.perf_counter()
     rollout, state = extend(params, state, rows, appended, **common)
+  if checkpoint_path and os.path.exists(checkpoint_path):
+    os.remove(checkpoint_path)  # the batch is complete; a rerun starts afresh
   start = time.perf_counter()
   rewards = np.asarray(driver.final_rewards(envs, sandbox), np.float32)
   metrics.verify_seconds += time.perf_counter() - start
