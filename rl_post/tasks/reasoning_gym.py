@@ -54,6 +54,9 @@ EXCLUDED = {
 # programs that never halt for some seeds (its generator then spins forever);
 # rubiks_cube: its example solution (our demonstration) only solves level 1's 3x3.
 MAX_LEVEL = {"jugs": 2, "zebra_puzzles": 4, "bf": 2, "rubiks_cube": 1}
+# jugs sometimes draws an unsolvable puzzle whose reference ("No solution")
+# its own scorer rejects: its references are scored at generation.
+CHECK_REFERENCE = frozenset({"jugs"})
 REFERENCE_KEYS = ("possible_answer", "example_answer", "example_correct_answer")  # where a None answer's example lives
 FORMAT = ("\n\nThink in <think> </think> tags, then give only the final answer in "
           "<answer> </answer> tags.")
@@ -140,7 +143,9 @@ class ReasoningGymDomain(Domain):
       except (ValueError, AssertionError, RuntimeError, IndexError):
         continue
       reference = reference_answer(entry)
-      if reference is not None and rg_scorers.accepts_reference(self.generator, reference):
+      if (reference is not None and rg_scorers.accepts_reference(self.generator, reference)
+          and (self.generator not in CHECK_REFERENCE
+               or dataset.score_answer(reference, copy.deepcopy(entry)) == 1.0)):
         break
     else:
       raise RuntimeError(f"{self.name}: no task at level {difficulty} in {_GENERATE_TRIES} tries")

@@ -128,6 +128,15 @@ def test_long_answers_are_refused_before_the_scorer(monkeypatch):
   assert verdict.score == 0.0 and verdict.error.startswith("answer longer than")
 
 
+def test_unsolvable_jugs_puzzles_are_redrawn():
+  domain = ReasoningGymDomain("jugs")
+  rng = np.random.default_rng(2)  # draws a "No solution" entry at level 2 unless redrawn
+  for _ in range(6):
+    task = domain.generate(rng, 2)
+    assert "No solution" not in task.metadata["reference"]
+    assert domain.verify(task, domain.demonstration(task)).correct
+
+
 def test_tasks_are_deterministic_and_keep_the_reference():
   domain = ReasoningGymDomain("graph_color")  # no unique answer: the example solution
   a, b = (domain.generate(np.random.default_rng(5), 2) for _ in range(2))
