@@ -6,13 +6,18 @@ calls are tokens, so a random model calls tools) runs batches of episodes
 over the three multi-step domains (repo_repair, data_questions,
 fs_chores) through `rl_post.envs.episodes.run_episodes`. In the same run,
 the baseline executes the same episodes' tool calls one at a time
-(sequential `Sandbox.run`, no batching), and a tools-only row runs the
+(sequential `Sandbox.run`, no batching); a third row splits each batch
+into two row groups run in threads (`rl_post.envs.overlap`), so one
+group's tools overlap the other's generation; a tools-only row runs the
 scripted oracle policy (no model) to show the cost of the tools alone.
+Every model row runs the same episodes (same seeds); the JSON records
+whether their transcripts are identical.
 
   python experiments/benchmarks/episodes.py
   python experiments/benchmarks/episodes.py --smoke   # tiny sizes, for the test
 """
 
+import functools
 import json
 import os
 import sys
@@ -30,6 +35,7 @@ from rl_post.envs.call_vocab import CallVocabTokenizer  # noqa: E402
 from rl_post.envs.domains import DOMAINS, make_env  # noqa: E402
 from rl_post.envs.episodes import EpisodeConfig, run_episodes  # noqa: E402
 from rl_post.envs.metrics import EpisodeMetrics  # noqa: E402
+from rl_post.envs.overlap import run_overlapped  # noqa: E402
 from rl_post.envs.tools import ToolLimits  # noqa: E402
 from rl_post.sampling.sampler import SamplingConfig  # noqa: E402
 from rl_post.sandbox import Sandbox, SandboxConfig  # noqa: E402
@@ -65,22 +71,24 @@ def make_batch(n, seed):
   return names, tasks
 
 
-def model_row(label, params, model_config, tokenizer, sandbox, batches, batch, sizes):
-  metrics = EpisodeMetrics()
+def model_row(label, params, model_config, tokenizer, sandbox, batches, batch, sizes,
+              runner=run_episodes):
+  metrics, transcripts = EpisodeMetrics(), []
   sampling = SamplingConfig(max_new_tokens=sizes["max_new_tokens"], stop_check_interval=8)
   config = EpisodeConfig(max_turns=sizes["max_turns"], turn_tokens=sizes["turn_tokens"])
   elapsed = 0.0
   for i in range(batches + 1):  # batch 0 warms the compiled code and is not timed
     names, tasks = make_batch(batch, seed=i)
     envs = [make_env(n, limits=LIMITS, max_turns=config.max_turns) for n in names]
-    m = EpisodeMetrics() if i == 0 else metrics
     start = time.perf_counter()
-    run_episodes(params, envs, tasks, tokenizer=tokenizer, model_config=model_config,
-                 sampling=sampling, sandbox=sandbox, seeds_B=np.arange(batch) + 1000 * i,
-                 config=config, metrics=m)
+    result = runner(params, envs, tasks, tokenizer=tokenizer, model_config=model_config,
+                    sampling=sampling, sandbox=sandbox, seeds_B=np.arange(batch) + 1000 * i,
+                    config=config)
     if i:
       elapsed += time.perf_counter() - start
-  return summarize(label, metrics, elapsed)
+      metrics.merge(result.metrics)
+      transcripts += [e.transcript for e in envs]
+  return summarize(label, metrics, elapsed), transcripts
 
 
 def oracle_row(sandbox, batches, batch):
@@ -118,11 +126,17 @@ def main(argv):
   params = models.init_params(model_config, jax.random.key(0))
   rows = []
   with Sandbox(SandboxConfig(num_workers=_WORKERS.value)) as sandbox:
-    rows.append(model_row("model, batched tools (run_many)", params, model_config, tokenizer,
-                          sandbox, batches, batch, sizes))
-    rows.append(model_row("model, sequential tools (baseline)", params, model_config,
-                          tokenizer, SequentialSandbox(sandbox), batches, batch, sizes))
-    rows.append(oracle_row(sandbox, batches, batch))
+    args = (params, model_config, tokenizer)
+    batched, reference = model_row("model, batched tools (run_many)", *args, sandbox, batches,
+                                   batch, sizes)
+    sequential, seq_transcripts = model_row("model, sequential tools (baseline)", *args,
+                                            SequentialSandbox(sandbox), batches, batch, sizes)
+    overlapped, ovl_transcripts = model_row(
+        "model, 2 row groups in threads (tools overlap generation)", *args, sandbox, batches,
+        batch, sizes, runner=functools.partial(run_overlapped, num_groups=2))
+    sequential["same_episodes_as_batched"] = seq_transcripts == reference
+    overlapped["same_episodes_as_batched"] = ovl_transcripts == reference
+    rows += [batched, sequential, overlapped, oracle_row(sandbox, batches, batch)]
   header = ("system", "episodes/min", "gen s", "tools s", "verify s", "calls/ep", "turns/ep",
             "call ok", "reward")
   print(" | ".join(header))
@@ -132,7 +146,9 @@ def main(argv):
           f"{r['turns_per_episode']:.2f} | {r['tool_call_success_rate']:.2f} | "
           f"{r['reward_mean']:.2f}")
   base, ours = rows[1]["tools_s"], rows[0]["tools_s"]
-  print(f"tool time, batched vs sequential: {ours:.2f} s vs {base:.2f} s")
+  print(f"tool time, batched vs sequential: {ours:.2f} s vs {base:.2f} s; same episodes: "
+        f"sequential {rows[1]['same_episodes_as_batched']}, "
+        f"overlapped {rows[2]['same_episodes_as_batched']}")
   result = {"batch": batch, "batches": batches, **sizes, "workers": _WORKERS.value, "cpus": len(os.sched_getaffinity(0)),
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
   os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)

@@ -36,6 +36,15 @@ class EpisodeMetrics:
     self.episode_tokens.append(tokens)
     self.rewards.append(reward)
 
+  def merge(self, other: "EpisodeMetrics"):
+    """Adds another batch's counts (seconds add up: per-thread time, not wall time)."""
+    for name in ("calls", "successes", "errors"):
+      getattr(self, name).update(getattr(other, name))
+    for name in ("episode_calls", "episode_turns", "episode_tokens", "rewards"):
+      getattr(self, name).extend(getattr(other, name))
+    for name in ("tool_seconds", "generation_seconds", "verify_seconds"):
+      setattr(self, name, getattr(self, name) + getattr(other, name))
+
   def summary(self) -> dict:
     total = sum(self.calls.values())
     out = {
