@@ -56,8 +56,10 @@ def test_escape_host_write_and_fork_bomb_are_contained(sandbox, tmp_path):
     kinds.append(info.error_kind)
   assert not target.exists() and not os.path.exists("/tmp/rl_post_pwned")
   assert kinds[0] == "tool_error" and kinds[1] == "tool_error"
-  # The bash bomb's parent exits at once and the sandbox kills the rest.
-  assert kinds[2] in (None, "timeout", "tool_error") and kinds[3] in ("timeout", "tool_error")
+  # The bash bomb's parent may exit at once (the sandbox kills the rest) or
+  # flood stderr with fork errors; either way it is contained.
+  assert kinds[2] in (None, "timeout", "tool_error", "output_truncated")
+  assert kinds[3] in ("timeout", "tool_error", "output_truncated")
   assert kinds[4] == "timeout" and kinds[5] is None and "still alive" in observation
   assert env.workspace.tool_seconds <= limits.per_episode_s + 1.0
   env.step(protocol.format_call("submit", {}), sandbox)
