@@ -38,8 +38,11 @@ def concat_rollouts(rollouts, pad_id: int) -> Rollout:
 
 
 def run_overlapped(params, envs, tasks, *, seeds_B, num_groups: int = 2, tokenizer,
-                   checkpoint_path=None, **kwargs) -> EpisodeResult:
-  """`run_episodes` over `num_groups` row groups in parallel threads; same arguments."""
+                   checkpoint_path=None, metrics=None, **kwargs) -> EpisodeResult:
+  """`run_episodes` over `num_groups` row groups in parallel threads; same arguments.
+
+  `metrics` (optional) receives the merged counts of all groups.
+  """
   if num_groups < 1 or num_groups > len(envs):
     raise ValueError(f"num_groups must be in [1, {len(envs)}], got {num_groups}")
   seeds_B = np.asarray(seeds_B)
@@ -53,7 +56,7 @@ def run_overlapped(params, envs, tasks, *, seeds_B, num_groups: int = 2, tokeniz
 
   with concurrent.futures.ThreadPoolExecutor(num_groups) as pool:
     results = list(pool.map(run, range(num_groups), groups))
-  metrics = EpisodeMetrics()
+  metrics = metrics if metrics is not None else EpisodeMetrics()
   for r in results:
     metrics.merge(r.metrics)
   cat = lambda name: np.concatenate([getattr(r, name) for r in results])
