@@ -36,6 +36,7 @@ from rl_post.sandbox import result as result_lib
 
 DB_FILE = "db.sqlite"
 PYTHON_LAUNCH = "exec python3 -"
+REJECTED = "request rejected:"
 
 # name -> {argument: (type, required)}
 TOOL_ARGUMENTS = {
@@ -163,7 +164,9 @@ def _output_text(result: ExecResult) -> str:
     text += ("" if not text or text.endswith("\n") else "\n") + "[stderr]\n" + result.stderr
   if result.status == "timeout":
     text += f"\n[timed out after {result.wall_s:.1f} s]"
-  elif result.status == "sandbox_error":
+  elif result.status == "sandbox_error" and result.message.startswith(REJECTED):
+    text += f"\n[nothing ran: {result.message[:300]}]"
+  elif result.status == "sandbox_error":  # internal details stay in the sandbox's stats
     text += "\n[the sandbox failed; nothing ran]"
   elif result.status != "ok":
     text += f"\n[{result.status}, exit code {result.returncode}]"
@@ -212,7 +215,7 @@ def run_planned(sandbox, planned: list) -> list:
       request_lib.to_wire(sandbox.config, p.request)
       valid.append(i)
     except ValueError as e:
-      out[i] = result_lib.sandbox_error(f"request rejected: {e}")
+      out[i] = result_lib.sandbox_error(f"{REJECTED} {e}")
   if valid:
     for i, result in zip(valid, sandbox.run_many([planned[i].request for i in valid])):
       out[i] = result

@@ -85,3 +85,12 @@ def test_episode_budget_and_max_turns(sandbox):
   assert info.error_kind in ("timeout", "budget_exhausted")
   _, done, info = env.step(_bash("ls"), sandbox)
   assert done and info.turn == 3 and info.error_kind == "budget_exhausted"
+
+
+def test_a_work_dir_over_the_input_cap_is_a_counted_error(sandbox):
+  env = _env(seed=5)
+  env.workspace.files["big.bin"] = b"0" * (sandbox.config.max_input_bytes + 1)
+  metrics = EpisodeMetrics()
+  (observation, done, info), = driver.step_many([env], [_bash("ls")], sandbox, metrics)
+  assert info.error_kind == "sandbox_error" and "max_input_bytes" in observation
+  assert metrics.errors[("bash", "sandbox_error")] == 1 and not done
