@@ -5,7 +5,8 @@ as enough slots are done (`refill_fraction` of them, or all when nothing
 waits), the finished rows are harvested and waiting requests are
 prefilled into their slots. Decoding uses the same jitted step as the
 static path and draws with per-row seeds keyed by absolute position, so
-for the same seeds the tokens equal the static path's token for token.
+for the same seeds the tokens equal the static path's (up to float
+reduction order across batch widths; see docs/sampling.md).
 
 Stop strings are not supported here (stop token ids are).
 """
