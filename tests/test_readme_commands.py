@@ -66,11 +66,17 @@ _TPU_POD = ("launch/tpu_pod.sh --name=rl-pod --zone=us-east5-a --accelerator=v5p
 _SLURM = ("launch/slurm_gpu.sbatch --nodes=2 --gpus_per_node=8 --dry_run "
           "experiments/train_rl.py --config=configs/grpo_arithmetic.py --workdir=/shared/grpo")
 
+_DEMO_SEEDS = "python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds"
+
 COMMANDS = {
     "bash launch/demo.sh": Entry(
         argv=("{py}", "experiments/demo.py", "--config=configs/demo.py:tiny",
               "--workdir={work}/demo"),
         outputs=("demo/report/summary.md", "demo/report/summary.json")),
+    _DEMO_SEEDS: Entry(
+        argv=("{py}", "experiments/demo_seeds.py", "--config=configs/demo.py:tiny", "--seeds=0",
+              "--workdir={work}/seeds", "--config.rl.num_steps=2"),
+        outputs=("seeds/seeds.json", "seeds/seeds.md", "seeds/seed_0/report/pass_rate.png")),
     "bash launch/test.sh": Entry(
         not_run="runs this test suite (CI runs it) and pip-installs into ./.venv"),
     _BUILD_TOKENIZER: Entry(
