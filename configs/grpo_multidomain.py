@@ -68,10 +68,11 @@ def common(c, variant: str):
 def get_config(variant: str = ""):
   c = common(base.get_base(), variant)
   # Prompts are up to ~300 tokens (extraction, level 2); one bucket = one compiled shape.
-  # The algorithm's own settings (clipping, KL, aggregation) keep their GRPO defaults.
-  c.rl = dict(num_steps=12, batch_size=7, num_generations=4, max_prompt_len=320,
+  # GRPO (rl.algorithm's default), token-level loss; other rl.grpo.* at their defaults.
+  c.rl.update(num_steps=12, batch_size=7, num_generations=4, max_prompt_len=320,
               prompt_buckets=(320,), max_new_tokens=80, temperature=1.0, num_epochs=1,
               num_minibatches=1, eval_every=0, checkpoint_every=6, init_from="")
+  c.rl.grpo.update(aggregation="token_mean")
   c.optimizer = dict(learning_rate=2e-4, schedule="constant", warmup_steps=0, total_steps=12,
                      weight_decay=0.0, grad_clip_norm=1.0)
   c.filtering = dict(enabled=True, max_rounds=1)
