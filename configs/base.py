@@ -6,6 +6,7 @@ Not run directly; experiment configs import `get_base()` and change fields.
 import ml_collections
 
 from rl_post.parallel.sharding import DEFAULT_RULES
+from rl_post.rl import config as rl_config
 
 
 def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
@@ -30,6 +31,8 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
   c.rewards = dict(weights=dict(default=dict(outcome=1.0, format=0.1)), timeout_s=30.0,
                    num_workers=1,
                    sandbox=dict(isolation="strict", num_workers=2, timeout_s=10.0))
+  # rl.algorithm picks a registry entry; rl.<algorithm> holds its own settings.
+  c.rl = rl_config.section_defaults()
   # Non-finite loss/gradients: skip the update; after max_nonfinite_steps such steps in a
   # row roll back to the last good checkpoint; stop after max_rollbacks (docs/reliability.md).
   c.guard = dict(max_nonfinite_steps=3, max_rollbacks=2)

@@ -20,10 +20,8 @@ def get_config(variant: str = ""):
   c.sft = dict(num_steps=300, batch_size=64, max_len=64, checkpoint_every=100)
   c.sft_optimizer = dict(learning_rate=3e-3, schedule="cosine", warmup_steps=30,
                          total_steps=300, weight_decay=0.0, grad_clip_norm=1.0)
-  c.rl = dict(num_steps=100, batch_size=16, num_generations=8, max_prompt_len=16,
-              max_new_tokens=40, temperature=1.0, kl_coef=0.0, clip_low=0.2, clip_high=0.28,
-              aggregation="token_mean", advantage_scale="std", num_epochs=1,
-              num_minibatches=1, eval_every=0, checkpoint_every=25, init_from="")
+  c.rl.update(num_steps=100, max_prompt_len=16, max_new_tokens=40, checkpoint_every=25)
+  c.rl.grpo.update(clip_high=0.28, aggregation="token_mean")  # clip-higher, token-level loss
   c.optimizer = dict(learning_rate=1e-4, schedule="constant", warmup_steps=5, total_steps=100,
                      b2=0.99, weight_decay=0.0, grad_clip_norm=1.0)
   if variant == "tiny":

@@ -11,10 +11,8 @@ from configs import base
 
 def get_config(variant: str = ""):
   c = base.get_base()
-  c.rl = dict(num_steps=150, batch_size=16, num_generations=8, max_prompt_len=24,
-              max_new_tokens=64, temperature=1.0, kl_coef=0.0, clip_low=0.2, clip_high=0.28,
-              aggregation="token_mean", advantage_scale="std", num_epochs=1, num_minibatches=1,
-              eval_every=50, checkpoint_every=25, init_from="")
+  c.rl.update(num_steps=150, max_prompt_len=24, eval_every=50, checkpoint_every=25)
+  c.rl.grpo.update(clip_high=0.28, aggregation="token_mean")  # clip-higher, token-level loss
   c.optimizer = dict(learning_rate=2e-4, schedule="constant", warmup_steps=0, total_steps=150,
                      weight_decay=0.0, grad_clip_norm=1.0)
   if variant == "tiny":

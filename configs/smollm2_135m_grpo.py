@@ -16,10 +16,10 @@ from configs.smollm2_135m_sft import pretrained_sections
 
 def get_config(variant: str = ""):
   c = pretrained_sections(base.get_base())
-  c.rl = dict(num_steps=100, batch_size=8, num_generations=8, max_prompt_len=64,
-              max_new_tokens=64, temperature=1.0, kl_coef=0.0, clip_low=0.2, clip_high=0.28,
-              aggregation="token_mean", advantage_scale="std", num_epochs=1, num_minibatches=1,
-              eval_every=25, checkpoint_every=25, init_from="")
+  # remat + chunked log-softmax keep the update within a laptop's memory (<= 6 GB).
+  c.rl.update(num_steps=100, batch_size=8, max_prompt_len=64, eval_every=25,
+              checkpoint_every=25, remat="full", logprob_chunk=16)
+  c.rl.grpo.update(clip_high=0.28, aggregation="token_mean")  # clip-higher, token-level loss
   c.optimizer = dict(learning_rate=1e-6, schedule="constant", warmup_steps=0, total_steps=100,
                      weight_decay=0.0, grad_clip_norm=1.0)
   if variant == "tiny":

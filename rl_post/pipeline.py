@@ -23,7 +23,8 @@ from rl_post.metrics.writers import read_metrics
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rl import trainer as rl_trainer
-from rl_post.rl.config import GRPOConfig
+from rl_post.rl import config as rl_config_lib
+from rl_post.rl.config import RLConfig
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.sft import trainer as sft_trainer
 from rl_post.training import state as state_lib
@@ -36,7 +37,7 @@ def _stage_config(config, optimizer_key: str) -> ml_collections.ConfigDict:
   return stage
 
 
-def _heldout_eval(config, export_dir, tokenizer, mixture, rl: GRPOConfig, tag: str) -> dict:
+def _heldout_eval(config, export_dir, tokenizer, mixture, rl: RLConfig, tag: str) -> dict:
   """Greedy and sampled completion on the held-out set for exported params."""
   model_config = model_config_from(config, tokenizer)
   mesh = mesh_lib.make_mesh(dict(config.mesh))
@@ -70,7 +71,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   rl_config = _stage_config(config, "optimizer")
   rl_config.rl.init_from = export_dir
-  rl = from_section(GRPOConfig, rl_config.rl, "rl")
+  rl = rl_config_lib.load(rl_config.rl)
   mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), int(config.seed))
   before = _heldout_eval(config, export_dir, tokenizer, mixture, rl, "before RL")
   result = rl_trainer.train(rl_config, rl_dir)

@@ -15,7 +15,7 @@ import numpy as np
 from rl_post import models
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
-from rl_post.rl.config import GRPOConfig
+from rl_post.rl.config import RLConfig
 from rl_post.rl.train_step import make_rl_train_step
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
@@ -32,13 +32,13 @@ def _batch(n=4, t=32):
   mask = np.zeros((n, t), np.int32)
   mask[:, 9:] = 1
   return dict(tokens=tokens, mask=mask, old_logp=np.full((n, t), -4.0, np.float32) * mask,
-              adv=rng.normal(size=n).astype(np.float32))
+              adv=(rng.normal(size=(n, 1)) * mask).astype(np.float32))
 
 
 def _run(mesh, config):
   cp_mesh = mesh_lib.context_mesh(mesh)
   optimizer = make_optimizer(OptimizerConfig(learning_rate=1e-3))
-  rl = GRPOConfig(batch_size=2, num_generations=2)
+  rl = RLConfig(batch_size=2, num_generations=2)
   state = state_lib.create_train_state(config, optimizer, mesh, RULES, jax.random.key(0))
   shardings = state_lib.state_shardings(config, optimizer, mesh, RULES)
   batch = _batch()
@@ -46,7 +46,7 @@ def _run(mesh, config):
   with jax.set_mesh(mesh):
     logits = jax.jit(lambda p, t: models.apply(config, p, t, context_mesh=cp_mesh))(
         state.params, jax.device_put(batch["tokens"], batch_sh["tokens"]))
-    step = jit_train_step(make_rl_train_step(config, rl, optimizer, cp_mesh), shardings, batch_sh)
+    step = jit_train_step(make_rl_train_step(config, rl, optimizer, context_mesh=cp_mesh), shardings, batch_sh)
     state, metrics = step(state, jax.device_put(batch, batch_sh))
   return np.asarray(logits), jax.device_get(state.params), float(metrics["loss"])
 

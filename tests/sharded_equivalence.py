@@ -15,7 +15,7 @@ import numpy as np
 from rl_post import models
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
-from rl_post.rl.config import GRPOConfig
+from rl_post.rl.config import RLConfig
 from rl_post.rl.train_step import make_rl_train_step
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
@@ -33,12 +33,12 @@ def _batch(n=8, t=12):
   mask = np.zeros((n, t), np.int32)
   mask[:, 5:] = 1
   return dict(tokens=tokens, mask=mask, old_logp=np.full((n, t), -4.0, np.float32) * mask,
-              adv=rng.normal(size=n).astype(np.float32))
+              adv=(rng.normal(size=(n, 1)) * mask).astype(np.float32))
 
 
 def _run(mesh):
   optimizer = make_optimizer(OptimizerConfig(learning_rate=1e-2))
-  rl = GRPOConfig(batch_size=2, num_generations=4)
+  rl = RLConfig(batch_size=2, num_generations=4)
   state = state_lib.create_train_state(CONFIG, optimizer, mesh, RULES, jax.random.key(0))
   shardings = state_lib.state_shardings(CONFIG, optimizer, mesh, RULES)
   batch = _batch()

@@ -1,7 +1,9 @@
-"""Chaos: NaN, SIGKILL, a corrupted checkpoint and SIGTERM in tiny GRPO runs.
+"""Chaos: faulty verifiers, NaN, SIGKILL, a corrupted checkpoint and SIGTERM.
 
-Every run here has a NaN loss injected at iteration 2 (its update is skipped:
-that fault does change the learning signal, so the reference run has it too).
+Every run here has a NaN loss injected at iteration 2 (its update is skipped)
+and a verifier mix that raises, returns NaN or kills its worker process (those
+rollouts score 0 as counted errors): both change the learning signal, so the
+reference run has them too.
 Everything else (a kill -9 under the supervisor, bit flips in the newest
 checkpoint, a SIGTERM) must leave the metrics and the final state exactly
 as in the reference run, with every fault counted in metrics.jsonl.
@@ -26,17 +28,19 @@ VOLATILE = ("faults/", "guard/", "time/", "throughput/")  # differ by design
 
 _CONFIG_FILE = '''
 from configs import grpo_arithmetic
-from rl_fixtures import DIGIT_DOMAIN
+from rl_fixtures import DIGIT_DOMAIN, FAULTY_DOMAIN
 
 
 def get_config():
   c = grpo_arithmetic.get_config("tiny")
   c.tokenizer.path = {tokenizer!r}
-  c.tasks.update(domains=(DIGIT_DOMAIN,), difficulties=(1,), domain_options={{}},
+  # Half the tasks go to a verifier that raises, returns NaN or exits on schedule.
+  c.tasks.update(domains=(DIGIT_DOMAIN, FAULTY_DOMAIN), weights=(0.5, 0.5), difficulties=(1,),
+                 domain_options={{FAULTY_DOMAIN: dict(faults=("raise", "nan", "exit", None))}},
                  heldout_size=8)
   c.rl.update(max_prompt_len=24, max_new_tokens=6, batch_size=4, num_generations=8,
               checkpoint_every=2, eval_every=0, num_steps={num_steps})
-  c.rewards.num_workers = 0
+  c.rewards.num_workers = 1
   c.faults.update({faults!r})
   return c
 '''
@@ -106,6 +110,10 @@ def test_kill_and_corrupt_checkpoint_under_supervisor_match_clean_run(
   assert _learning_rows(workdir) == _learning_rows(reference)
   _assert_same_state(_final_state(workdir), _final_state(reference))
   final = rows[-1]
+  errors = {k: sum(r[k] for r in rows) for k in rows[0] if k.startswith("reward/errors/")}
+  assert errors["reward/errors/crash"] > 0 and errors["reward/errors/verifier_error"] > 0
+  assert errors["reward/errors/invalid_verdict"] > 0
+  assert all(r["reward/mean"] is not None for r in rows)
   assert {k: final[k] for k in final if k.startswith(("faults/", "guard/"))} == {
       "faults/injected_nonfinite_loss": 1, "faults/nonfinite_update_skipped": 1,
       "faults/injected_checkpoint_corruption": 1, "faults/injected_kill": 1,

@@ -9,8 +9,10 @@ from rl_post.sft import trainer as sft_trainer
 
 @pytest.mark.parametrize("section,field,value,message", [
     ("rl", "num_generations", 1, "rl.num_generations must be >= 2"),
-    ("rl", "aggregation", "mean", "rl.aggregation must be one of"),
-    ("rl", "clip_low", 1.5, "rl.clip_low must be in [0, 1)"),
+    ("rl.grpo", "aggregation", "mean", "rl.grpo.aggregation must be one of"),
+    ("rl.grpo", "clip_low", 1.5, "rl.grpo.clip_low must be in [0, 1)"),
+    ("rl.ppo", "gae_lambda", 1.5, "rl.ppo.gae_lambda must be in [0, 1]"),
+    ("rl", "algorithm", "trpo", "rl.algorithm must be one of"),
     ("rl", "num_minibatches", 3, "rl.num_minibatches must divide"),
     ("optimizer", "learning_rate", -1.0, "optimizer.learning_rate must be > 0"),
     ("tasks", "weights", (1.0, 2.0), "tasks.weights must have one entry per domain"),
@@ -21,7 +23,10 @@ from rl_post.sft import trainer as sft_trainer
 def test_bad_rl_config_names_field(tokenizer_path, tmp_path, section, field, value, message):
   config = grpo_arithmetic.get_config("tiny")
   config.tokenizer.path = tokenizer_path
-  config[section][field] = value
+  target = config
+  for name in section.split("."):
+    target = target[name]
+  target[field] = value
   with pytest.raises(ValueError) as info:
     rl_trainer.train(config, str(tmp_path))
   assert message in str(info.value)

@@ -13,13 +13,14 @@ from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
 
 
-def _config(tokenizer_path, **rl):
+def _config(tokenizer_path, algo=None, **rl):
   c = grpo_arithmetic.get_config("tiny")
   c.tokenizer.path = tokenizer_path
   c.tasks.update(domains=(DIGIT_DOMAIN,), difficulties=(1,), domain_options={}, heldout_size=8)
   c.rl.update(max_prompt_len=24, max_new_tokens=6, batch_size=4, num_generations=8,
               checkpoint_every=2, eval_every=0)
   c.rl.update(**rl)
+  c.rl[c.rl.algorithm].update(algo or {})
   c.optimizer.learning_rate = 3e-3
   return c
 
@@ -42,7 +43,7 @@ def test_mean_reward_rises_on_learnable_reward(tokenizer_path, tmp_path):
 
 
 def test_resume_continues_at_right_step_with_same_rng(tokenizer_path, tmp_path):
-  config = _config(tokenizer_path, num_steps=4, kl_coef=0.05)
+  config = _config(tokenizer_path, num_steps=4, algo=dict(kl_coef=0.05))
   # a curriculum that moves on any pass (its state must survive the resume) and filtering
   config.tasks.update(domains=(DIGIT_LEVELS,), difficulties=(), curriculum=dict(
       enabled=True, low=0.0, high=0.01, window=8, width=1))

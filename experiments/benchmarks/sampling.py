@@ -11,8 +11,10 @@ logits are checked against ours. Workloads (one GRPO rollout batch each):
   a: 2 layers, d=128, vocab 512, 2 prompts x G=8, prompt 32, response 64
   b: 4 layers, d=256, vocab 4096, 4 prompts x G=4, prompt 32, response 64
   c: SmolLM2-135M architecture (random weights), 8 prompts x G=4, response 64
-  d: like b, 32 requests with response budgets drawn from 8..256, 16 slots:
-     continuous batching vs the static path (batches of 16)
+  d: like b, 64 requests (4 rollout batches of 16) with response budgets
+     drawn from 8..256, 16 slots: continuous batching (refill as soon as a
+     slot frees) vs the static path (batches of 16, each as long as its
+     longest row)
 No EOS: every row samples its full budget (temperature 1, no truncation),
 so all systems generate the same number of tokens. Times are CPU seconds
 of the pinned single-threaded process (wall seconds are in the JSON too:
@@ -57,7 +59,7 @@ WORK = {
     "a": dict(arch="a", prompts=2, group=8, prompt=32, response=64),
     "b": dict(arch="b", prompts=4, group=4, prompt=32, response=64),
     "c": dict(arch="c", prompts=8, group=4, prompt=32, response=64),
-    "d": dict(arch="b", requests=32, slots=16, prompt=32, min_response=8, max_response=256),
+    "d": dict(arch="b", requests=64, slots=16, prompt=32, min_response=8, max_response=256),
 }
 SMOKE_ARCH = dict(num_layers=1, embed_dim=32, num_heads=2, num_kv_heads=1, head_dim=16,
                   mlp_dim=64, vocab_size=64)
@@ -185,7 +187,7 @@ def run_continuous(name, w, config, params, repeats):
   def continuous(i):
     return generate_continuous(params, prompts, lens, seeds(i), model_config=config,
                                config=sampling, num_slots=slots, eos_id=None, pad_id=0,
-                               max_new_tokens=budgets)[0].tokens_BxT
+                               max_new_tokens=budgets, refill_fraction=1 / slots)[0].tokens_BxT
   a, b = jax.device_get(static(7)), continuous(7)
   same = bool(np.array_equal(np.concatenate(a), b))
   rows = [_measure(dict(workload=name, system="rl_post continuous", tokens_equal_static=same),

@@ -1,86 +1,137 @@
-"""GRPO-family algorithm settings (the `rl` config section)."""
+"""The `rl` config section: run settings, the algorithm's name, its settings.
+
+  c.rl.algorithm = "ppo"           # any name in rl_post.rl.registry
+  c.rl.ppo.gae_lambda = 0.9        # that algorithm's own sub-section
+
+`section_defaults()` is the whole section with every default (what
+`configs/base.py` holds); `load(section)` validates it, including the
+sub-sections of algorithms not chosen, and returns an `RLConfig` whose
+`algo` is the chosen algorithm's frozen config.
+"""
 
 import dataclasses
+from typing import Any
 
-from rl_post.config_sections import check
-from rl_post.rl import algos
+from rl_post.config_sections import check, from_section
+from rl_post.rl import registry
+from rl_post.rl.logprobs import REMAT_POLICIES
 
 
 @dataclasses.dataclass(frozen=True)
-class GRPOConfig:
-  """Group Relative Policy Optimization and its variants.
+class RLConfig:
+  """Settings of an RL run shared by every algorithm.
 
   Attributes:
+    algorithm: name of the registry entry ("grpo", "ppo", ...).
     num_steps: RL iterations (each: sample, score, update).
     batch_size: B, prompts per iteration.
     num_generations: G, responses per prompt (the group).
     max_prompt_len: P, prompt token budget.
-    max_new_tokens: response token budget.
+    max_new_tokens: L_max, response token budget.
     temperature: sampling temperature of the behaviour policy.
-    kl_coef: beta, weight of KL(pi_theta || pi_ref); 0 skips the reference.
-    kl_estimator: "k1" | "k2" | "k3".
-    clip_low, clip_high: epsilon_low / epsilon_high of the clipped ratio
-      (DAPO's clip-higher uses clip_high > clip_low).
-    aggregation: "token_mean" (DAPO) | "sequence_mean" (GRPO) |
-      "sequence_sum_norm" (Dr. GRPO).
-    advantage_scale: "std" (GRPO) | "none" (Dr. GRPO).
     num_epochs: mu, passes over each batch of rollouts.
-    num_minibatches: updates per epoch.
+    num_minibatches: optimizer updates per epoch.
+    grad_accum: micro-batches per minibatch; gradients are summed over them
+      (same update as one big batch, lower peak memory).
+    logprob_chunk: positions per chunk of the log-softmax over the vocabulary.
+    remat: rematerialisation of the layers in the update: "none" | "full" |
+      "dots" (keep matmul outputs).
     ref_dtype: storage dtype of the frozen reference params.
     eval_every: held-out evaluation period in steps (0: only at the end).
     checkpoint_every: checkpoint period in steps.
     init_from: directory of exported SFT params ("" = fresh init).
+    algo: the chosen algorithm's config (set by `load`, not a section field).
   """
+  algorithm: str = "grpo"
   num_steps: int = 100
   batch_size: int = 16
   num_generations: int = 8
   max_prompt_len: int = 32
   max_new_tokens: int = 64
   temperature: float = 1.0
-  kl_coef: float = 0.0
-  kl_estimator: str = "k3"
-  clip_low: float = 0.2
-  clip_high: float = 0.2
-  aggregation: str = "token_mean"
-  advantage_scale: str = "std"
   num_epochs: int = 1
   num_minibatches: int = 1
+  grad_accum: int = 1
+  logprob_chunk: int = 32
+  remat: str = "none"
   ref_dtype: str = "float32"
   eval_every: int = 0
   checkpoint_every: int = 20
   init_from: str = ""
+  algo: Any = None
 
   def __post_init__(self):
+    alg = registry.get(self.algorithm)
     check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
     check(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
-    check(self.num_generations >= 2, "num_generations",
-          "must be >= 2 (group advantages need a group)", self.num_generations)
+    check(self.num_generations >= alg.min_group_size, "num_generations",
+          f"must be >= {alg.min_group_size} for {self.algorithm}", self.num_generations)
     check(self.max_prompt_len > 0, "max_prompt_len", "must be > 0", self.max_prompt_len)
     check(self.max_new_tokens > 0, "max_new_tokens", "must be > 0", self.max_new_tokens)
     check(self.temperature > 0, "temperature", "must be > 0", self.temperature)
-    check(self.kl_coef >= 0, "kl_coef", "must be >= 0", self.kl_coef)
-    check(self.kl_estimator in algos.KL_ESTIMATORS, "kl_estimator",
-          f"must be one of {algos.KL_ESTIMATORS}", self.kl_estimator)
-    check(0 <= self.clip_low < 1, "clip_low", "must be in [0, 1)", self.clip_low)
-    check(self.clip_high >= 0, "clip_high", "must be >= 0", self.clip_high)
-    check(self.aggregation in algos.AGGREGATIONS, "aggregation",
-          f"must be one of {algos.AGGREGATIONS}", self.aggregation)
-    check(self.advantage_scale in algos.SCALES, "advantage_scale",
-          f"must be one of {algos.SCALES}", self.advantage_scale)
     check(self.num_epochs >= 1, "num_epochs", "must be >= 1", self.num_epochs)
     check(self.num_minibatches >= 1, "num_minibatches", "must be >= 1", self.num_minibatches)
-    check((self.batch_size * self.num_generations) % self.num_minibatches == 0,
-          "num_minibatches", f"must divide batch_size * num_generations "
-          f"({self.batch_size * self.num_generations})", self.num_minibatches)
+    check(self.rollouts_per_step % self.num_minibatches == 0, "num_minibatches",
+          f"must divide batch_size * num_generations ({self.rollouts_per_step})",
+          self.num_minibatches)
+    check(self.grad_accum >= 1, "grad_accum", "must be >= 1", self.grad_accum)
+    check(self.minibatch_size % self.grad_accum == 0, "grad_accum",
+          f"must divide the minibatch size ({self.minibatch_size})", self.grad_accum)
+    check(self.logprob_chunk >= 1, "logprob_chunk", "must be >= 1", self.logprob_chunk)
+    check(self.remat in REMAT_POLICIES, "remat", f"must be one of {REMAT_POLICIES}",
+          self.remat)
     check(self.ref_dtype in ("float32", "bfloat16"), "ref_dtype",
           "must be float32 or bfloat16", self.ref_dtype)
     check(self.eval_every >= 0, "eval_every", "must be >= 0", self.eval_every)
     check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1", self.checkpoint_every)
+    if self.algo is None:
+      object.__setattr__(self, "algo", alg.config_cls())
+    check(isinstance(self.algo, alg.config_cls), "algo",
+          f"must be a {alg.config_cls.__name__}", self.algo)
 
   @property
   def rollouts_per_step(self) -> int:
     return self.batch_size * self.num_generations
 
   @property
+  def minibatch_size(self) -> int:
+    return self.rollouts_per_step // self.num_minibatches
+
+  @property
   def updates_per_step(self) -> int:
     return self.num_epochs * self.num_minibatches
+
+  @property
+  def entry(self):
+    """The chosen `rl_post.rl.algorithm.Algorithm`."""
+    return registry.get(self.algorithm)
+
+  @property
+  def needs_reference(self) -> bool:
+    return self.algo.kl_coef > 0
+
+  @property
+  def uses_critic(self) -> bool:
+    return self.entry.uses_critic
+
+
+def section_defaults() -> dict:
+  """The full `rl` section: run defaults plus one sub-section per algorithm."""
+  run = {f.name: f.default for f in dataclasses.fields(RLConfig) if f.name != "algo"}
+  return dict(run, **registry.algorithm_defaults())
+
+
+def load(section) -> RLConfig:
+  """Validated `RLConfig` from the `rl` section (a ConfigDict or dict).
+
+  Raises:
+    ValueError: "rl.<field> ..." or "rl.<algorithm>.<field> ..." for unknown
+      fields and bad values, in the chosen algorithm or any other.
+  """
+  values = dict(section or {})
+  if "algo" in values:
+    raise ValueError("rl: unknown field(s) ['algo']; set rl.algorithm and rl.<algorithm>")
+  configs = {name: from_section(registry.get(name).config_cls, values.pop(name, None),
+                                f"rl.{name}") for name in registry.names()}
+  run = from_section(RLConfig, values, "rl")
+  return dataclasses.replace(run, algo=configs[run.algorithm])

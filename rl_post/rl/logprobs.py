@@ -1,14 +1,23 @@
-"""Per-token log-probabilities of a sequence under the model.
+"""Per-token log-probabilities of a sequence under the model, in chunks.
 
-The sampler and the trainer both go through `token_logprobs_from_logits`,
-so the behaviour log-prob recorded at sampling time and the one recomputed
-for the loss come from the same code.
+The sampler and the trainer share `scaled_log_softmax`, so the behaviour
+log-prob recorded at sampling time and the one recomputed for the loss come
+from the same maths. The trainer's path never materialises the [N, T, V]
+logits: the trunk gives hidden states [N, T, E] (layers rematerialised by
+`remat` policy), and logits, log-softmax and entropy are computed `chunk`
+positions at a time under `jax.checkpoint`, so the backward pass recomputes
+one chunk's logits instead of storing all of them.
 """
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from rl_post import models
+from rl_post.models import transformer
+from rl_post.parallel import ring_attention
+
+REMAT_POLICIES = ("none", "full", "dots")
 
 
 def scaled_log_softmax(logits_xV, temperature: float):
@@ -19,7 +28,8 @@ def token_logprobs_from_logits(logits_BxTxV, tokens_BxT, temperature: float = 1.
   """logp_BxT[:, t] = log p(tokens[t] | tokens[<t]); entry 0 is 0.
 
   Also returns the per-position entropy of the predictive distribution
-  (aligned the same way).
+  (aligned the same way). Materialises [B, T, V]: for small batches (SFT,
+  tests); the RL update uses `sequence_logprobs`.
   """
   logp_BxTxV = scaled_log_softmax(logits_BxTxV[:, :-1], temperature)
   next_BxT = tokens_BxT[:, 1:]
@@ -29,8 +39,90 @@ def token_logprobs_from_logits(logits_BxTxV, tokens_BxT, temperature: float = 1.
   return jnp.concatenate([pad, logp], axis=1), jnp.concatenate([pad, entropy], axis=1)
 
 
+def _remat(fn, policy: str):
+  if policy == "none":
+    return fn
+  if policy == "full":
+    return jax.checkpoint(fn)
+  if policy == "dots":
+    return jax.checkpoint(fn, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+  raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {policy!r}")
+
+
+def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", context_mesh=None):
+  """Final-norm hidden states h_BxTxE (model dtype): the model minus its output layer.
+
+  Same computation as `models.apply` up to the logits, with each layer of
+  the scan rematerialised according to `remat` ("none" | "full" | "dots").
+  """
+  model = nnx.merge(transformer.graphdef(model_config), params)
+  positions_BxT = models.transformer.default_positions(tokens_BxT)
+  perm = None
+  if context_mesh is not None:
+    perm = ring_attention.layout_permutation(model_config.context_layout, tokens_BxT.shape[1],
+                                             context_mesh.shape["context"])
+    tokens_BxT, positions_BxT = tokens_BxT[:, perm], positions_BxT[:, perm]
+  x_BxTxE = model.embed(tokens_BxT)
+  block_graphdef, block_state = nnx.split(model.blocks)
+
+  def layer(x, layer_state):
+    block = nnx.merge(block_graphdef, layer_state)
+    return block(x, positions_BxT, context_mesh=context_mesh)[0], None
+
+  x_BxTxE, _ = jax.lax.scan(_remat(layer, remat), x_BxTxE, block_state)
+  x_BxTxE = model.final_norm(x_BxTxE)
+  if perm is not None:
+    x_BxTxE = x_BxTxE[:, ring_attention.inverse_permutation(perm)]
+  return x_BxTxE
+
+
+def output_matrix_ExV(model_config, params):
+  """The output projection (the tied embedding transposed, or lm_head), model dtype."""
+  if model_config.tie_embeddings:
+    return params["embed"]["embedding"].astype(model_config.dtype).T
+  return params["lm_head"].astype(model_config.dtype)
+
+
+def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk: int):
+  """(logp_BxT, entropy_BxT) from hidden states, `chunk` positions at a time.
+
+  Entry t is about token t given tokens < t (computed from h[:, t-1]);
+  entry 0 is 0, as in `token_logprobs_from_logits`. Logits are f32.
+  """
+  if chunk < 1:
+    raise ValueError(f"logprob chunk must be >= 1, got {chunk}")
+  b, t, e = h_BxTxE.shape
+  n = t - 1
+  chunk = min(chunk, n)
+  num_chunks = -(-n // chunk)
+  pad = num_chunks * chunk - n
+  h_BxNxE = jnp.pad(h_BxTxE[:, :-1], ((0, 0), (0, pad), (0, 0)))
+  next_BxN = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, pad)))
+  h_KxBxCxE = h_BxNxE.reshape(b, num_chunks, chunk, e).transpose(1, 0, 2, 3)
+  next_KxBxC = next_BxN.reshape(b, num_chunks, chunk).transpose(1, 0, 2)
+
+  @jax.checkpoint
+  def one_chunk(args):
+    h_BxCxE, next_BxC = args
+    logits_BxCxV = jnp.einsum("bce,ev->bcv", h_BxCxE, w_ExV,
+                              preferred_element_type=jnp.float32) / temperature
+    lse_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
+    picked_BxC = jnp.take_along_axis(logits_BxCxV, next_BxC[..., None], axis=-1)[..., 0]
+    probs_BxCxV = jnp.exp(logits_BxCxV - lse_BxC[..., None])
+    entropy_BxC = lse_BxC - (probs_BxCxV * logits_BxCxV).sum(-1)
+    return picked_BxC - lse_BxC, entropy_BxC
+
+  logp_KxBxC, entropy_KxBxC = jax.lax.map(one_chunk, (h_KxBxCxE, next_KxBxC))
+  unchunk = lambda x: x.transpose(1, 0, 2).reshape(b, num_chunks * chunk)[:, :n]
+  zero = jnp.zeros((b, 1), jnp.float32)
+  return (jnp.concatenate([zero, unchunk(logp_KxBxC)], axis=1),
+          jnp.concatenate([zero, unchunk(entropy_KxBxC)], axis=1))
+
+
 def sequence_logprobs(model_config, params, tokens_BxT, temperature: float = 1.0,
-                      context_mesh=None):
-  """Pure: (logp_BxT, entropy_BxT) of `tokens_BxT` under `params`."""
-  logits = models.apply(model_config, params, tokens_BxT, context_mesh=context_mesh)
-  return token_logprobs_from_logits(logits, tokens_BxT, temperature)
+                      context_mesh=None, *, chunk: int = 32, remat: str = "none"):
+  """Pure: (logp_BxT, entropy_BxT) of `tokens_BxT` under `params`, chunked."""
+  h_BxTxE = hidden_states(model_config, params, tokens_BxT, remat=remat,
+                          context_mesh=context_mesh)
+  return chunked_token_logprobs(h_BxTxE, output_matrix_ExV(model_config, params), tokens_BxT,
+                                temperature, chunk)

@@ -1,53 +1,181 @@
-"""The GRPO update: recompute log-probs, clipped surrogate, KL, one step.
+"""The RL update: recompute log-probs in chunks, the algorithm's loss, one optimizer step.
 
-The batch holds N = B x G rollouts:
-  tokens   [N, T] int32   prompt + response + padding
-  mask     [N, T] int32   1 on response tokens
-  old_logp [N, T] f32     behaviour log-probs from the sampler
-  adv      [N]    f32     group advantages
-  ref_logp [N, T] f32     frozen reference log-probs (only when kl_coef > 0)
+A minibatch holds n rollouts (all [n, T] unless noted):
+  tokens     int32   prompt + response + padding
+  mask       int32   1 on trained response tokens (0 for dropped sequences)
+  old_logp   f32     behaviour log-probs from the sampler
+  adv        f32     per-token advantages (the algorithm's estimator)
+  ref_logp   f32     frozen reference log-probs  (only when kl_coef > 0)
+  old_values f32     critic values at sampling time (only with a critic)
+  returns    f32     value targets                (only with a critic)
+It is split into `rl.grad_accum` micro-batches whose gradients are summed
+in a `lax.scan`; every loss term is normalised by the whole minibatch's
+`Totals`, so this is the same update as one pass over the minibatch.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
-from rl_post.rl import algos
-from rl_post.rl.config import GRPOConfig
+from rl_post.rl import losses
+from rl_post.rl.algorithm import AdvantageInputs, LossInputs
+from rl_post.rl.config import RLConfig
+from rl_post.rl.critic import critic_values
+from rl_post.rl.logprobs import chunked_token_logprobs, hidden_states, output_matrix_ExV
 from rl_post.rl.logprobs import sequence_logprobs
-from rl_post.training.step import make_train_step
+from rl_post.training import guard
 
 
-def make_rl_loss(model_config, rl: GRPOConfig, context_mesh=None):
-  """`(params, batch, rng) -> (loss, metrics)` for the GRPO family.
+def batch_ndims(rl: RLConfig) -> dict[str, int]:
+  """The minibatch's keys and their ranks for this config."""
+  keys = dict(tokens=2, mask=2, old_logp=2, adv=2)
+  if rl.needs_reference:
+    keys["ref_logp"] = 2
+  if rl.uses_critic:
+    keys.update(old_values=2, returns=2)
+  return keys
 
-  `context_mesh` (see `rl_post.parallel.mesh.context_mesh`) turns on ring
-  attention over its `context` axis for the log-prob forward pass.
-  """
 
-  def loss_fn(params, batch, rng):
-    del rng
-    logp_NxT, entropy_NxT = sequence_logprobs(model_config, params, batch["tokens"],
-                                              rl.temperature, context_mesh)
-    loss, metrics = algos.policy_loss(
-        logp_NxT, batch["old_logp"], batch["adv"], batch["mask"],
-        ref_logp_NxT=batch.get("ref_logp"), clip_low=rl.clip_low, clip_high=rl.clip_high,
-        kl_coef=rl.kl_coef, kl_estimator=rl.kl_estimator, aggregation=rl.aggregation)
-    metrics["entropy"] = algos.aggregate(jax.lax.stop_gradient(entropy_NxT), batch["mask"])
+def make_rl_loss(model_config, rl: RLConfig, context_mesh=None):
+  """`(params, critic, batch, totals) -> (loss, metrics)` for `rl.algorithm`."""
+  alg, cfg = rl.entry, rl.algo
+
+  def loss_fn(params, critic, batch, totals):
+    tokens_NxT, mask_NxT = batch["tokens"], batch["mask"]
+    h_NxTxE = hidden_states(model_config, params, tokens_NxT, remat=rl.remat,
+                            context_mesh=context_mesh)
+    logp_NxT, entropy_NxT = chunked_token_logprobs(
+        h_NxTxE, output_matrix_ExV(model_config, params), tokens_NxT, rl.temperature,
+        rl.logprob_chunk)
+    inputs = LossInputs(logp_NxT=logp_NxT, entropy_NxT=entropy_NxT,
+                        old_logp_NxT=batch["old_logp"], adv_NxT=batch["adv"],
+                        mask_NxT=mask_NxT, ref_logp_NxT=batch.get("ref_logp"))
+    loss, metrics = alg.loss(cfg, inputs, totals)
+    if critic is not None:
+      values_NxT = critic_values(cfg.critic, model_config, critic, h_NxTxE, tokens_NxT,
+                                 remat=rl.remat, context_mesh=context_mesh)
+      v_loss, v_metrics = losses.value_loss(values_NxT, batch["old_values"], batch["returns"],
+                                            mask_NxT, value_clip=cfg.value_clip,
+                                            totals=totals)
+      loss = loss + cfg.vf_coef * v_loss
+      metrics.update(v_metrics)
     return loss, metrics
 
   return loss_fn
 
 
-def make_rl_train_step(model_config, rl: GRPOConfig, optimizer, context_mesh=None):
-  return make_train_step(make_rl_loss(model_config, rl, context_mesh), optimizer)
+def _split(batch, parts: int):
+  return jax.tree.map(lambda x: x.reshape((parts, x.shape[0] // parts) + x.shape[1:]), batch)
 
 
-def make_ref_logprobs(model_config, rl: GRPOConfig, context_mesh=None):
-  """Pure `(ref_params, tokens_NxT) -> ref_logp_NxT` (no gradients)."""
+def accumulated_grads(loss_fn, params, critic, batch, grad_accum: int):
+  """(loss, metrics, grads) summed over `grad_accum` micro-batches (exact: see module doc)."""
+  totals = losses.totals_of(batch["mask"])
+  grad_fn = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
+  if grad_accum == 1:
+    (loss, metrics), grads = grad_fn(params, critic, batch, totals)
+    return loss, metrics, grads
+
+  def body(acc, micro):
+    out = grad_fn(params, critic, micro, totals)
+    return jax.tree.map(jnp.add, acc, out), None
+
+  micro_batches = _split(batch, grad_accum)
+  first = jax.tree.map(lambda x: x[0], micro_batches)
+  zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, critic, first, totals))
+  ((loss, metrics), grads), _ = jax.lax.scan(body, zeros, micro_batches)
+  return loss, metrics, grads
+
+
+def make_rl_train_step(model_config, rl: RLConfig, optimizer, critic_optimizer=None,
+                       context_mesh=None):
+  """Pure `train_step(state, batch) -> (state, metrics)`; updates the critic if there is one.
+
+  Like `rl_post.training.step.make_train_step`, an update whose loss or norms
+  are not finite is skipped and reported as `metrics["guard/skipped"]`.
+  """
+  loss_fn = make_rl_loss(model_config, rl, context_mesh)
+
+  def train_step(state, batch):
+    loss, metrics, (grads, critic_grads) = accumulated_grads(
+        loss_fn, state.params, state.critic, batch, rl.grad_accum)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    grad_norm, update_norm = optax.tree.norm(grads), optax.tree.norm(updates)
+    metrics = dict(metrics, loss=loss, grad_norm=grad_norm, update_norm=update_norm)
+    new = (optax.apply_updates(state.params, updates), opt_state)
+    old = (state.params, state.opt_state)
+    norms = [loss, grad_norm, update_norm]
+    if state.critic is not None:
+      c_updates, c_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state,
+                                                       state.critic)
+      new += (optax.apply_updates(state.critic, c_updates), c_opt_state)
+      old += (state.critic, state.critic_opt_state)
+      metrics["critic_grad_norm"] = optax.tree.norm(critic_grads)
+      norms.append(metrics["critic_grad_norm"])
+    # A non-finite update is skipped (state unchanged, step advances): rl_post.training.guard.
+    ok = guard.all_finite(*norms)
+    kept = guard.select(ok, new, old)
+    metrics["guard/skipped"] = 1.0 - ok.astype(loss.dtype)
+    state = state.replace(step=state.step + 1, params=kept[0], opt_state=kept[1])
+    if state.critic is not None:
+      state = state.replace(critic=kept[2], critic_opt_state=kept[3])
+    return state, metrics
+
+  return train_step
+
+
+def make_ref_logprobs(model_config, rl: RLConfig, context_mesh=None):
+  """Pure `(ref_params, tokens_NxT) -> ref_logp_NxT`, chunked like the update (no gradients)."""
 
   def ref_logprobs(ref_params, tokens_NxT):
     params = jax.tree.map(lambda x: x.astype(jnp.float32), ref_params)
-    return jax.lax.stop_gradient(
-        sequence_logprobs(model_config, params, tokens_NxT, rl.temperature, context_mesh)[0])
+    logp_NxT, _ = sequence_logprobs(model_config, params, tokens_NxT, rl.temperature,
+                                    context_mesh, chunk=rl.logprob_chunk)
+    return jax.lax.stop_gradient(logp_NxT)
 
   return ref_logprobs
+
+
+def make_value_fn(model_config, rl: RLConfig, context_mesh=None):
+  """Pure `(params, critic, tokens_NxT) -> values_NxT` at sampling time."""
+
+  def values(params, critic, tokens_NxT):
+    h_NxTxE = None
+    if rl.algo.critic == "head":
+      h_NxTxE = hidden_states(model_config, params, tokens_NxT, context_mesh=context_mesh)
+    return jax.lax.stop_gradient(critic_values(rl.algo.critic, model_config, critic, h_NxTxE,
+                                               tokens_NxT, context_mesh=context_mesh))
+
+  return values
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _estimate(rl: RLConfig, rewards_N, mask_NxT, old_logp_NxT, process_NxT, ref_logp_NxT,
+              values_NxT):
+  inputs = AdvantageInputs(
+      rewards_N=rewards_N.astype(jnp.float32), mask_NxT=mask_NxT, old_logp_NxT=old_logp_NxT,
+      group_size=rl.num_generations, max_new_tokens=rl.max_new_tokens, process_NxT=process_NxT,
+      ref_logp_NxT=ref_logp_NxT, values_NxT=values_NxT)
+  out = rl.entry.advantages(rl.algo, inputs)
+  mask = mask_NxT.astype(jnp.int32) * out.keep_N[:, None].astype(jnp.int32)
+  return out._replace(keep_N=mask)
+
+
+def rollout_batch(rl: RLConfig, tokens_NxT, mask_NxT, old_logp_NxT, rewards_N, *,
+                  ref_logp_NxT=None, values_NxT=None, process_NxT=None) -> dict:
+  """The update's batch (numpy) from a scored rollout: runs the algorithm's estimator.
+
+  Sequences the estimator drops (keep 0, e.g. DAPO's zero-variance groups)
+  keep their rows with an all-zero mask, so batch shapes never change.
+  """
+  out = _estimate(rl, jnp.asarray(rewards_N), jnp.asarray(mask_NxT), jnp.asarray(old_logp_NxT),
+                  process_NxT, ref_logp_NxT, values_NxT)
+  batch = dict(tokens=tokens_NxT, mask=out.keep_N, old_logp=old_logp_NxT, adv=out.adv_NxT)
+  if rl.needs_reference:
+    batch["ref_logp"] = ref_logp_NxT
+  if rl.uses_critic:
+    batch.update(old_values=values_NxT, returns=out.returns_NxT)
+  return jax.tree.map(np.asarray, jax.device_get(batch))

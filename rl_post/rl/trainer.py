@@ -1,10 +1,10 @@
-"""The GRPO trainer loop: tasks -> rollouts -> rewards -> advantages -> update.
+"""The RL trainer loop: tasks -> rollouts -> rewards -> advantages -> update.
 
 One iteration, as data (N = B prompts x G generations):
   mixture.sample(step)          -> B tasks
   sampler.generate              -> tokens/logp/mask [N, T]     (jitted, sharded)
   reward pool (worker processes) -> rewards [N]                (overlaps ref logp)
-  group_advantages              -> adv [N]
+  rl.algorithm's estimator      -> adv [N, T]   (registry entry; critic values for PPO)
   train_step x epochs x minibatches                            (jitted, donated)
 With dynamic filtering (`filtering.enabled`), further rounds of B prompts
 are drawn until B groups with unequal rewards are in hand (rl/filtering.py).
@@ -34,9 +34,12 @@ from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import RewardConfig, reward_metrics
-from rl_post.rl import algos, filtering
-from rl_post.rl.config import GRPOConfig
-from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step
+from rl_post.rl import config as rl_config
+from rl_post.rl import critic as critic_lib
+from rl_post.rl import filtering
+from rl_post.rl.config import RLConfig
+from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
+                                   make_value_fn, rollout_batch)
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
@@ -47,7 +50,7 @@ from rl_post.training.run import RunContext, pretrained_params, setup_run
 from rl_post.training.step import jit_train_step
 
 
-def _initial_params(ctx: RunContext, rl: GRPOConfig):
+def _initial_params(ctx: RunContext, rl: RLConfig):
   """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init)."""
   if not rl.init_from:
     return pretrained_params(ctx)
@@ -68,7 +71,7 @@ def _initial_params(ctx: RunContext, rl: GRPOConfig):
                      state_lib.abstract_sharded_params(ctx.model_config, ctx.mesh, ctx.rules))
 
 
-def _rollout_metrics(tasks_N, reward_batch, rollout, rl: GRPOConfig) -> dict:
+def _rollout_metrics(tasks_N, reward_batch, rollout, rl: RLConfig) -> dict:
   rewards = reward_batch.rewards_N
   groups = rewards.reshape(-1, rl.num_generations)
   metrics = {
@@ -92,7 +95,7 @@ class _Components:
 
   def __init__(self, config, workdir):
     self.ctx = ctx = setup_run(config, workdir)
-    self.rl = rl = from_section(GRPOConfig, config.get("rl"), "rl")
+    self.rl = rl = rl_config.load(config.get("rl"))
     self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
     self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
     self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
@@ -111,15 +114,32 @@ class _Components:
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,
                                                      rules)
-    self.batch_sharding = {k: sharding.batch_sharding(mesh, rules, nd) for k, nd in
-                           dict(tokens=2, mask=2, old_logp=2, adv=1, ref_logp=2).items()}
-    if rl.kl_coef == 0:
-      del self.batch_sharding["ref_logp"]
+    self.critic_optimizer = None
+    if rl.uses_critic:  # the algorithm's extra state: critic params and their optimizer
+      self.critic_optimizer = critic_lib.make_critic_optimizer(self.opt,
+                                                               rl.algo.critic_learning_rate)
+      self.state_shardings = critic_lib.with_critic_shardings(
+          self.state_shardings, rl.algo.critic, ctx.model_config, self.critic_optimizer, mesh,
+          rules)
+    self.batch_sharding = {k: sharding.batch_sharding(mesh, rules, nd)
+                           for k, nd in batch_ndims(rl).items()}
     cp_mesh = mesh_lib.context_mesh(mesh)
     self.step_fn = jit_train_step(
-        make_rl_train_step(ctx.model_config, rl, self.optimizer, cp_mesh),
+        make_rl_train_step(ctx.model_config, rl, self.optimizer, self.critic_optimizer,
+                           cp_mesh),
         self.state_shardings, self.batch_sharding)
     self.ref_fn = jax.jit(make_ref_logprobs(ctx.model_config, rl, cp_mesh))
+    if rl.uses_critic:
+      self.value_fn = jax.jit(make_value_fn(ctx.model_config, rl, cp_mesh))
+
+  def abstract_state(self):
+    """The checkpoint restore target (with the critic when the algorithm has one)."""
+    ctx = self.ctx
+    abstract = state_lib.abstract_state(ctx.model_config, self.optimizer, ctx.mesh, ctx.rules)
+    if self.critic_optimizer is None:
+      return abstract
+    return critic_lib.with_abstract_critic(abstract, self.state_shardings, self.rl.algo.critic,
+                                           ctx.model_config, self.critic_optimizer)
 
   def shard(self, tree):
     return sharding.shard_batch(tree, self.ctx.mesh, self.ctx.rules)
@@ -158,9 +178,12 @@ def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd:
   with timer("reward"):
     pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
     ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
+    values = (c.value_fn(state.params, state.critic, rollout.tokens_BxT)
+              if c.rl.uses_critic else None)
     rewards = pending.result()
   return dict(tasks_N=tasks_N, host=host, rewards=rewards,
-              ref_logp=None if ref_logp is None else np.asarray(ref_logp))
+              ref_logp=None if ref_logp is None else np.asarray(ref_logp),
+              values=None if values is None else np.asarray(values))
 
 
 def _update_mixture(c: _Components, scored: dict) -> dict:
@@ -173,7 +196,7 @@ def _update_mixture(c: _Components, scored: dict) -> dict:
   return metrics
 
 
-def _minibatches(batch: dict, rl: GRPOConfig, key) -> list[dict]:
+def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
   """epochs x minibatches slices of the rollout batch, shuffled per epoch."""
   n = rl.rollouts_per_step
   size = n // rl.num_minibatches
@@ -187,18 +210,22 @@ def _minibatches(batch: dict, rl: GRPOConfig, key) -> list[dict]:
 
 
 def train(config, workdir: str) -> dict:
-  """Runs (or resumes) GRPO; returns the final metrics."""
+  """Runs (or resumes) `config.rl.algorithm`; returns the final metrics."""
   c = _Components(config, workdir)
   ctx, rl = c.ctx, c.rl
 
   def fresh_state():
-    return state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
-                                        ctx.key("init"), params=_initial_params(ctx, rl))
+    state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
+                                         ctx.key("init"), params=_initial_params(ctx, rl))
+    if c.critic_optimizer is None:
+      return state
+    return critic_lib.attach_critic(state, rl.algo.critic, ctx.model_config, c.critic_optimizer,
+                                    c.state_shardings)
 
   state = fresh_state()
   initial_mixture = c.mixture.state_dict()
   ref_params = None
-  if rl.kl_coef > 0:  # frozen copy of the starting policy, optionally in bf16
+  if rl.needs_reference:  # frozen copy of the starting policy, optionally in bf16
     ref_params = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(rl.ref_dtype), p))(
         state.params)
   fault_log = FaultLog(workdir)
@@ -212,9 +239,8 @@ def train(config, workdir: str) -> dict:
     if checkpoints.latest_step() is None:
       c.mixture.load_state_dict(initial_mixture)
       return fresh_state(), 0
-    abstract = state_lib.abstract_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules)
     try:
-      restored, extra = checkpoints.restore(abstract, fallback=True)
+      restored, extra = checkpoints.restore(c.abstract_state(), fallback=True)
     except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
       logging.warning("%s\nstarting again from the initial state", e)
       c.mixture.load_state_dict(initial_mixture)
@@ -247,15 +273,11 @@ def train(config, workdir: str) -> dict:
       picked, scored, filter_metrics = filtering.collect(
           lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
           lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
-      tasks_N, host, rewards, ref_logp = (picked[k] for k in ("tasks_N", "host", "rewards",
-                                                                "ref_logp"))
-      adv = algos.group_advantages(rewards.rewards_N, rl.num_generations,
-                                   scale=rl.advantage_scale)
-      batch = dict(tokens=host.tokens_BxT, mask=host.loss_mask_BxT, old_logp=host.logp_BxT,
-                   adv=np.asarray(adv))
+      tasks_N, host, rewards, ref_logp, values = (
+          picked[k] for k in ("tasks_N", "host", "rewards", "ref_logp", "values"))
+      batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT,
+                            rewards.rewards_N, ref_logp_NxT=ref_logp, values_NxT=values)
       batch = injector.poison(it + 1, batch, "adv")
-      if ref_logp is not None:
-        batch["ref_logp"] = np.asarray(ref_logp)
       with timer("train"):
         step_metrics = []
         for mb in _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it)):

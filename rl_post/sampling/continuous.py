@@ -5,7 +5,8 @@ as enough slots are done (`refill_fraction` of them, or all when nothing
 waits), the finished rows are harvested and waiting requests are
 prefilled into their slots. Decoding uses the same jitted step as the
 static path and draws with per-row seeds keyed by absolute position, so
-for the same seeds the tokens equal the static path's token for token.
+for the same seeds the tokens equal the static path's (up to float
+reduction order across batch widths; see docs/sampling.md).
 
 Stop strings are not supported here (stop token ids are).
 """
@@ -16,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl_post import models
 from rl_post.sampling import engine
 from rl_post.sampling.controls import SamplingConfig, bucket
 from rl_post.sampling.sampler import Rollout, budget, pad_prompts
@@ -74,6 +76,7 @@ def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_co
                           jnp.asarray(seeds[take]), jnp.asarray(budgets[take]),
                           capacity=capacity, group_size=1, **kw)
 
+  layer_params = jax.jit(models.unstack_blocks)(params)  # once, not per decode call
   first = list(range(min(num_slots, n)))
   state = prefill(np.array(first))
   if len(first) < num_slots or state.lengths_B.shape[0] != num_slots:
@@ -92,7 +95,7 @@ def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_co
   min_free = max(1, int(num_slots * refill_fraction))
   while (owner >= 0).any():
     need = num_slots if not waiting else min(min_free, len(waiting))
-    state = engine.decode(params, state, jnp.int32(capacity), jnp.int32(need),
+    state = engine.decode(params, state, jnp.int32(capacity), jnp.int32(need), layer_params,
                           config=stop_config, **kw)
     stats.decode_calls += 1
     host = jax.device_get({f: getattr(state, f) for f in _FIELDS + ("done_B", "stopped_B")})

@@ -83,11 +83,16 @@ def prefill_impl(params, prompts_BxP, prompt_lens_B, seeds_B, budget_B, *, model
       logits_BxV=repeat(logits[:, 0]), seeds_B=seeds_B)
 
 
-def decode_impl(params, state: DecodeState, max_steps, min_done=None, *, model_config,
-           config: SamplingConfig, pad_id: int) -> DecodeState:
-  """Samples until `min_done` rows (default all) are done or `max_steps` steps ran."""
+def decode_impl(params, state: DecodeState, max_steps, min_done=None, layer_params=None, *,
+                model_config, config: SamplingConfig, pad_id: int) -> DecodeState:
+  """Samples until `min_done` rows (default all) are done or `max_steps` steps ran.
+
+  layer_params: optional `models.unstack_blocks(params)`, for callers that
+  decode in many short calls (sliced here otherwise).
+  """
   TRACE_COUNTS["decode"] += 1
-  layer_params = models.unstack_blocks(params)
+  if layer_params is None:
+    layer_params = models.unstack_blocks(params)
   stop_ids = _stop_ids(config)
   rows_B = jnp.arange(state.lengths_B.shape[0])
 

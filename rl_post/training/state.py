@@ -20,6 +20,8 @@ class TrainState:
   params: Any          # nested dict of arrays
   opt_state: Any       # optax state
   rng: jax.Array       # typed PRNG key; per-step keys are fold_in(rng, step)
+  critic: Any = None            # RL critic params (PPO), see rl_post.rl.critic
+  critic_opt_state: Any = None  # the critic's own optax state
 
 
 def param_shardings(model_config, mesh, rules):
