@@ -35,7 +35,7 @@ def _global_batch(step: int, rows: int, t: int, vocab: int) -> dict:
   mask[:, t // 2:] = 1
   return dict(tokens=tokens, mask=mask,
               old_logp=(rng.normal(size=(rows, t)) * 0.1 - 4.0).astype(np.float32) * mask,
-              adv=rng.normal(size=rows).astype(np.float32))
+              adv=(rng.normal(size=(rows, 1)) * mask).astype(np.float32))
 
 
 def main():
@@ -51,7 +51,7 @@ def main():
   from rl_post import models
   from rl_post.parallel import mesh as mesh_lib
   from rl_post.parallel import process_data, sharding
-  from rl_post.rl.config import GRPOConfig
+  from rl_post.rl.config import RLConfig
   from rl_post.rl.train_step import make_rl_train_step
   from rl_post.sft.trainer import make_sft_loss
   from rl_post.training import state as state_lib
@@ -69,10 +69,10 @@ def main():
   result = {}
   for name, step_fn in (
       ("sft", make_train_step(make_sft_loss(config), optimizer)),
-      ("grpo", make_rl_train_step(config, GRPOConfig(batch_size=2, num_generations=4),
+      ("grpo", make_rl_train_step(config, RLConfig(batch_size=2, num_generations=4),
                                   optimizer))):
     keys = ("tokens", "mask") if name == "sft" else ("tokens", "mask", "old_logp", "adv")
-    batch_sh = {k: sharding.batch_sharding(mesh, rules, 1 if k == "adv" else 2) for k in keys}
+    batch_sh = {k: sharding.batch_sharding(mesh, rules, 2) for k in keys}
     rows = process_data.local_rows(batch_sh["tokens"], rows_global)
     jitted = jit_train_step(step_fn, shardings, batch_sh)
     state = state_lib.create_train_state(config, optimizer, mesh, rules, jax.random.key(0))

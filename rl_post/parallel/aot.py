@@ -25,7 +25,7 @@ import numpy as np
 from rl_post import models
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
-from rl_post.rl.config import GRPOConfig
+from rl_post.rl.config import RLConfig
 from rl_post.rl.train_step import make_rl_train_step
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
@@ -132,17 +132,17 @@ def check(model_config, target: Target, mesh_axes: dict, rows: int, seq_len: int
   optimizer = make_optimizer(OptimizerConfig())
   shardings = state_lib.state_shardings(model_config, optimizer, mesh, rules)
   abstract_state = state_lib.abstract_state(model_config, optimizer, mesh, rules)
-  batch_sh = {k: sharding.batch_sharding(mesh, rules, 1 if k == "adv" else 2)
+  batch_sh = {k: sharding.batch_sharding(mesh, rules, 2)
               for k in ("tokens", "mask", "old_logp", "adv")}
   divisor = math.prod(mesh.shape[a] for a in sharding._as_tuple(batch_sh["adv"].spec[0]))
   if rows % divisor:
     raise ValueError(f"rows ({rows}) must be a multiple of the mesh batch axes ({divisor})")
   dtypes = dict(tokens=jnp.int32, mask=jnp.int32, old_logp=jnp.float32, adv=jnp.float32)
-  batch = {k: jax.ShapeDtypeStruct((rows,) if k == "adv" else (rows, seq_len), dtypes[k],
-                                   sharding=batch_sh[k]) for k in dtypes}
-  step = jit_train_step(make_rl_train_step(model_config, GRPOConfig(batch_size=1,
-                                                                    num_generations=2),
-                                           optimizer, mesh_lib.context_mesh(mesh)),
+  batch = {k: jax.ShapeDtypeStruct((rows, seq_len), dtypes[k], sharding=batch_sh[k])
+           for k in dtypes}
+  rl = RLConfig(batch_size=1, num_generations=2)
+  step = jit_train_step(make_rl_train_step(model_config, rl, optimizer,
+                                           context_mesh=mesh_lib.context_mesh(mesh)),
                         shardings, batch_sh)
   compiled = step.lower(abstract_state, batch).compile()
   stats = compiled.memory_analysis()
