@@ -77,7 +77,8 @@ def model_row(label, params, model_config, tokenizer, sandbox, batches, batch, s
   sampling = SamplingConfig(max_new_tokens=sizes["max_new_tokens"], stop_check_interval=8)
   config = EpisodeConfig(max_turns=sizes["max_turns"], turn_tokens=sizes["turn_tokens"])
   elapsed = 0.0
-  for i in range(batches + 1):  # batch 0 warms the compiled code and is not timed
+  warm = 0 if _SMOKE.value else 1  # batch 0 warms the compiled code and is not timed
+  for i in range(1 - warm, batches + 1):
     names, tasks = make_batch(batch, seed=i)
     envs = [make_env(n, limits=LIMITS, max_turns=config.max_turns) for n in names]
     start = time.perf_counter()
