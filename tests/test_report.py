@@ -24,7 +24,8 @@ def _metrics(num_steps=30):
   out = []
   for step in range(num_steps):
     out.append({"step": step, "reward/mean": step / num_steps,
-                "pass_rate/math": min(1.0, step / 20), "kl": 0.01})
+                "pass_rate/math": min(1.0, step / 20), "kl": 0.01, "entropy": 2.0 - step / 30,
+                "curriculum/math/difficulty": 1.0 + step / 15})
   out[3]["reward/mean"] = None  # A non-finite value written as null.
   return out
 
@@ -32,9 +33,15 @@ def _metrics(num_steps=30):
 def test_write_report_files_and_numbers(tmp_path):
   paths = report.write_report(tmp_path / "report", metrics=_metrics(),
                               evals=_evals(), title="toy run")
-  assert set(paths) == {"reward_plot", "summary_md", "summary_json"}
-  with open(paths["reward_plot"], "rb") as f:
-    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  plot_files = {"reward_plot": "reward.png", "curves_plot": "curves.png",
+                "pass_rate_plot": "pass_rate.png", "difficulty_plot": "difficulty.png"}
+  assert set(paths) == {*plot_files, "summary_md", "summary_json"}
+  assert sorted(p.name for p in (tmp_path / "report").iterdir()) == sorted(
+      [*plot_files.values(), "summary.md", "summary.json"])
+  for key, name in plot_files.items():
+    assert paths[key] == str(tmp_path / "report" / name)
+    with open(paths[key], "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n", key
 
   summary = json.loads(open(paths["summary_json"]).read())
   after = summary["evals"]["after"]
@@ -50,8 +57,11 @@ def test_write_report_files_and_numbers(tmp_path):
   # Rolling mean of the last 10 rewards: steps 20..29 / 30.
   assert summary["training"]["final_reward_mean_rolling"] == pytest.approx(24.5 / 30)
 
+  assert summary["plots"] == plot_files
   md = open(paths["summary_md"]).read()
   assert md.startswith("# toy run\n")
+  for name in plot_files.values():
+    assert f"]({name})" in md, name
   assert "| after | 80.0% | [49.0%, 94.3%] | 10 |" in md
   assert "| before | 30.0% | [10.8%, 60.3%] | 10 |" in md
   assert "| after / domain=code | 75.0% |" in md
@@ -64,12 +74,15 @@ def test_report_without_reward_or_breakdowns(tmp_path):
   evals = {"holdout": {"correct": np.array([True, False, False, False])}}
   paths = report.write_report(tmp_path, metrics=[{"step": 0, "kl": 0.1}],
                               evals=evals, title="t")
+  # No domain breakdown, no curriculum metrics: only the two step plots.
+  assert set(paths) == {"reward_plot", "curves_plot", "summary_md", "summary_json"}
   summary = json.loads(open(paths["summary_json"]).read())
   assert summary["before_vs_after"] is None
   assert "by_domain" not in summary["evals"]["holdout"]
   assert summary["training"]["final_reward_mean_rolling"] is None
   md = open(paths["summary_md"]).read()
   assert "Before vs after" not in md and "| holdout | 25.0% |" in md
+  assert "pass_rate.png" not in md and "difficulty.png" not in md and "](curves.png)" in md
 
 
 def test_rolling_mean_hand_values():

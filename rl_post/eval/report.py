@@ -27,14 +27,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
-from rl_post.eval import stats
+from rl_post.eval import plots, stats
+from rl_post.eval.plots import REWARD_KEY, rolling_mean  # noqa: F401  (public here too)
 
 EVAL_KEYS = ("correct", "domain", "difficulty")
-REWARD_KEY = "reward/mean"
-PASS_RATE_PREFIX = "pass_rate/"
 
 
 def _validate_eval(name: str, ev: Any) -> dict[str, np.ndarray]:
@@ -128,56 +125,6 @@ def compare_before_after(before: Mapping[str, Any],
   return stats.paired_difference_ci(b["correct"], a["correct"])
 
 
-def rolling_mean(values_T: np.ndarray, window: int) -> np.ndarray:
-  """Trailing mean over the last `window` values (fewer at the start)."""
-  if not isinstance(window, int) or window < 1:
-    raise ValueError(f"window must be an int >= 1, got {window!r}")
-  values_T = np.asarray(values_T, dtype=np.float64)
-  csum = np.concatenate([[0.0], np.cumsum(values_T)])
-  idx = np.arange(1, values_T.size + 1)
-  start = np.maximum(idx - window, 0)
-  return (csum[idx] - csum[start]) / (idx - start)
-
-
-def _series(metrics: Sequence[Mapping[str, Any]], key: str):
-  """(steps, values) of `key`, skipping records without it or with null."""
-  pairs = [(r["step"], r[key]) for r in metrics
-           if r.get(key) is not None and math.isfinite(r[key])]
-  steps = np.array([p[0] for p in pairs], dtype=np.int64)
-  values = np.array([p[1] for p in pairs], dtype=np.float64)
-  return steps, values
-
-
-def plot_metrics(path: str, metrics: Sequence[Mapping[str, Any]], *,
-                 title: str, window: int = 10) -> None:
-  """Writes a PNG: reward/mean (raw + rolling mean), and pass_rate/* below."""
-  pass_keys = sorted({k for r in metrics for k in r if k.startswith(PASS_RATE_PREFIX)})
-  fig = Figure(figsize=(8, 6 if pass_keys else 3.5), layout="constrained")
-  FigureCanvasAgg(fig)  # Agg without pyplot: no global backend state.
-  axes = fig.subplots(2 if pass_keys else 1, 1, sharex=True, squeeze=False)[:, 0]
-  steps, reward = _series(metrics, REWARD_KEY)
-  ax = axes[0]
-  if steps.size:
-    ax.plot(steps, reward, alpha=0.3, label=REWARD_KEY)
-    ax.plot(steps, rolling_mean(reward, window),
-            label=f"rolling mean (window {window})")
-    ax.legend(loc="best")
-  else:
-    ax.text(0.5, 0.5, f"no {REWARD_KEY} in metrics", ha="center",
-            va="center", transform=ax.transAxes)
-  ax.set_ylabel("reward")
-  ax.set_title(title)
-  if pass_keys:
-    for key in pass_keys:
-      ax_steps, values = _series(metrics, key)
-      axes[1].plot(ax_steps, values, label=key[len(PASS_RATE_PREFIX):])
-    axes[1].set_ylabel("pass rate")
-    axes[1].set_ylim(-0.02, 1.02)
-    axes[1].legend(loc="best", fontsize="small")
-  axes[-1].set_xlabel("step")
-  fig.savefig(path, dpi=100)
-
-
 def _pct(x: float) -> str:
   return f"{100 * x:.1f}%"
 
@@ -188,11 +135,15 @@ def _row(label: str, s: Mapping[str, float]) -> str:
 
 
 def render_markdown(title: str, summaries: Mapping[str, dict],
-                    comparisons: Mapping[str, dict], plot_name: str | None) -> str:
-  """The summary.md text: completion table, breakdown rows, before vs after."""
+                    comparisons: Mapping[str, dict],
+                    images: Mapping[str, str] | None = None) -> str:
+  """The summary.md text: plots, completion table, breakdown rows, before vs after.
+
+  `images` maps a caption to a PNG path relative to the Markdown file.
+  """
   lines = [f"# {title}", ""]
-  if plot_name:
-    lines += [f"![reward curve]({plot_name})", ""]
+  for caption, name in (images or {}).items():
+    lines += [f"![{caption}]({name})", ""]
   lines += ["## Task completion", "",
             "| eval | completion rate | 95% CI (Wilson) | n |",
             "|---|---|---|---|"]
@@ -214,11 +165,51 @@ def render_markdown(title: str, summaries: Mapping[str, dict],
   return "\n".join(lines) + "\n"
 
 
+_CAPTIONS = {
+    "pass_rate_plot": "completion per domain before vs after RL",
+    "curves_plot": "reward, KL and entropy per RL step",
+    "difficulty_plot": "curriculum difficulty per RL step",
+    "reward_plot": "reward curve",
+}
+
+
+def _before_after_pairs(summaries: Mapping[str, dict]) -> dict[str, tuple[dict, dict]]:
+  """Panel label -> (before, after) summaries, for pairs broken down by domain."""
+  pairs = {}
+  for name, before in summaries.items():
+    suffix = name[len("before"):]
+    after = summaries.get("after" + suffix)
+    if name.startswith("before") and after and "by_domain" in before and "by_domain" in after:
+      pairs[suffix.lstrip("_") or "greedy"] = (before, after)
+  return pairs
+
+
+def _write_plots(report_dir: str, metrics, summaries, title: str, window: int) -> dict[str, str]:
+  """Writes the PNGs the data supports; returns {kind: path} in Markdown order."""
+  paths = {}
+  pairs = _before_after_pairs(summaries)
+  if pairs:
+    paths["pass_rate_plot"] = os.path.join(report_dir, "pass_rate.png")
+    plots.plot_pass_rate_by_domain(paths["pass_rate_plot"], pairs, title=title)
+  paths["curves_plot"] = os.path.join(report_dir, "curves.png")
+  plots.plot_training_curves(paths["curves_plot"], metrics, title=title, window=window)
+  if plots.curriculum_domains(metrics):
+    paths["difficulty_plot"] = os.path.join(report_dir, "difficulty.png")
+    plots.plot_difficulty(paths["difficulty_plot"], metrics, title=title)
+  paths["reward_plot"] = os.path.join(report_dir, "reward.png")
+  plots.plot_metrics(paths["reward_plot"], metrics, title=title, window=window)
+  return paths
+
+
 def write_report(report_dir: str | os.PathLike, *,
                  metrics: Sequence[Mapping[str, Any]],
                  evals: Mapping[str, Mapping[str, Any]], title: str,
                  rolling_window: int = 10) -> dict[str, str]:
-  """Writes reward.png, summary.md and summary.json into `report_dir`.
+  """Writes the plots, summary.md and summary.json into `report_dir`.
+
+  Plots (see `rl_post.eval.plots`): reward.png and curves.png always;
+  pass_rate.png when a before/after pair is broken down by domain;
+  difficulty.png when the metrics hold curriculum/<d>/difficulty.
 
   Args:
     report_dir: output directory; created if missing.
@@ -229,7 +220,8 @@ def write_report(report_dir: str | os.PathLike, *,
     rolling_window: steps in the reward rolling mean.
 
   Returns:
-    {"reward_plot": ..., "summary_md": ..., "summary_json": ...} paths.
+    {"reward_plot", "curves_plot", ["pass_rate_plot",] ["difficulty_plot",]
+    "summary_md", "summary_json"} -> path.
   """
   if not isinstance(title, str) or not title:
     raise ValueError("title must be a non-empty string")
@@ -247,17 +239,17 @@ def write_report(report_dir: str | os.PathLike, *,
 
   report_dir = os.fspath(report_dir)
   os.makedirs(report_dir, exist_ok=True)
-  paths = {
-      "reward_plot": os.path.join(report_dir, "reward.png"),
-      "summary_md": os.path.join(report_dir, "summary.md"),
-      "summary_json": os.path.join(report_dir, "summary.json"),
-  }
-  plot_metrics(paths["reward_plot"], metrics, title=title, window=rolling_window)
+  paths = _write_plots(report_dir, metrics, summaries, title, rolling_window)
+  images = {_CAPTIONS[key]: os.path.basename(path) for key, path in paths.items()}
+  paths["summary_md"] = os.path.join(report_dir, "summary.md")
+  paths["summary_json"] = os.path.join(report_dir, "summary.json")
   with open(paths["summary_md"], "w", encoding="utf-8") as f:
-    f.write(render_markdown(title, summaries, comparisons, "reward.png"))
-  _, reward = _series(metrics, REWARD_KEY)
+    f.write(render_markdown(title, summaries, comparisons, images))
+  _, reward = plots.series(metrics, REWARD_KEY)
   summary = {
       "title": title,
+      "plots": {key: os.path.basename(path) for key, path in paths.items()
+                if key.endswith("_plot")},
       "evals": summaries,
       "before_vs_after": comparisons.get(""),
       "comparisons": comparisons,

@@ -50,6 +50,10 @@ class RLConfig:
     peak_flops: the accelerator's peak FLOP/s for the per-step MFU metric
       (0 = no MFU metric).
     algo: the chosen algorithm's config (set by `load`, not a section field).
+    prompt_buckets: prompt widths generation pads to (the smallest that
+      fits the batch's longest prompt); () = the sampler's powers of two.
+      (max_prompt_len,) gives one compiled shape for every batch of a
+      mixture whose prompt lengths vary (sql schemas next to short sums).
   """
   algorithm: str = "grpo"
   num_steps: int = 100
@@ -72,6 +76,7 @@ class RLConfig:
   compute_dtype: str = ""
   peak_flops: float = 0.0
   algo: Any = None
+  prompt_buckets: tuple[int, ...] = ()
 
   def __post_init__(self):
     alg = registry.get(self.algorithm)
@@ -108,6 +113,11 @@ class RLConfig:
       object.__setattr__(self, "algo", alg.config_cls())
     check(isinstance(self.algo, alg.config_cls), "algo",
           f"must be a {alg.config_cls.__name__}", self.algo)
+    check(list(self.prompt_buckets) == sorted(set(self.prompt_buckets))
+          and all(isinstance(b, int) and b > 0 for b in self.prompt_buckets)
+          and (not self.prompt_buckets or self.prompt_buckets[-1] >= self.max_prompt_len),
+          "prompt_buckets", "must be strictly increasing positive ints, the last >= "
+          f"max_prompt_len ({self.max_prompt_len}), or empty", self.prompt_buckets)
 
   @property
   def rollouts_per_step(self) -> int:

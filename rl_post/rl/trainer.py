@@ -115,8 +115,10 @@ class _Components:
     if minibatch % divisor:
       raise ValueError(f"rl: minibatch size {minibatch} (batch_size * num_generations / "
                        f"num_minibatches) must be a multiple of the mesh batch axes ({divisor})")
-    self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature)
-    self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True)
+    buckets = dict(length_buckets=tuple(rl.prompt_buckets)) if rl.prompt_buckets else {}
+    self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature,
+                                   **buckets)
+    self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
     self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules

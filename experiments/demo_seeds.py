@@ -1,0 +1,37 @@
+r"""The demo over several seeds: per-seed rows, mean, spread and 95% interval.
+
+  python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds
+  python experiments/demo_seeds.py --config=configs/demo.py:tiny --seeds=0,1 \
+      --workdir=/tmp/demo_seeds_tiny
+
+Seed s runs in workdir/seed_<s> (a rerun resumes); the table goes to
+workdir/seeds.{json,md} and is printed.
+"""
+
+import os
+import shlex
+import sys
+
+import _bootstrap  # noqa: F401
+from absl import flags
+from ml_collections import config_flags
+
+from rl_post import cli, seed_runs
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(_bootstrap.ROOT, "configs", "demo.py"), "Config file.",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl_post_seeds", "Root run directory.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Comma-separated seeds.")
+
+
+def main(argv):
+  del argv
+  command = " ".join(shlex.quote(a) for a in ["python", *sys.argv])
+  result = seed_runs.run(_CONFIG.value, _WORKDIR.value, _SEEDS.value, command=command)
+  with open(result["paths"]["md"]) as f:
+    print(f.read())
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,119 @@
+"""Mean, spread and 95% interval of demo results over seeds.
+
+One row per seed holds the before/after completion rates of that seed's
+report (`report.write_report`'s summary.json); `aggregate` reduces a field
+over the rows: mean, sample standard deviation (ddof=1), min, max and the
+Student-t 95% interval of the mean (n - 1 degrees of freedom), which is
+what "the figure varies by this much across seeds" means for n >= 2.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scipy import stats as scipy_stats
+
+# (field, the summary.json eval or comparison it comes from)
+RATE_FIELDS = ("before", "after", "before_sampled", "after_sampled")
+DIFF_FIELDS = {"diff": "", "diff_sampled": "_sampled"}
+FIELDS = (*RATE_FIELDS, *DIFF_FIELDS)
+
+
+def seed_row(seed: int, summary: Mapping[str, Any]) -> dict:
+  """The row of one seed from its report summary (summary.json's dict).
+
+  Returns:
+    {"seed", <RATE_FIELDS>: completion rate, <DIFF_FIELDS>: paired change,
+     "p_value", "p_value_sampled": exact McNemar p, "by_domain":
+     {domain: {<RATE_FIELDS>: rate}}}.
+  """
+  evals, comparisons = summary["evals"], summary["comparisons"]
+  missing = [f for f in RATE_FIELDS if f not in evals]
+  missing += [f"comparisons[{s!r}]" for s in DIFF_FIELDS.values() if s not in comparisons]
+  if missing:
+    raise ValueError(f"seed {seed}: report summary lacks {missing}")
+  row = {"seed": int(seed)}
+  row.update({f: evals[f]["completion_rate"] for f in RATE_FIELDS})
+  for field, suffix in DIFF_FIELDS.items():
+    row[field] = comparisons[suffix]["diff"]
+    row["p_value" + suffix] = comparisons[suffix]["p_value"]
+  domains = sorted(set().union(*(evals[f].get("by_domain", {}) for f in RATE_FIELDS)))
+  row["by_domain"] = {d: {f: evals[f]["by_domain"][d]["completion_rate"] for f in RATE_FIELDS
+                          if d in evals[f].get("by_domain", {})} for d in domains}
+  return row
+
+
+def spread(values: Sequence[float], confidence: float = 0.95) -> dict:
+  """n, mean, std (ddof=1), min, max and the t-interval of the mean.
+
+  std and the interval are None for a single value (no spread to measure).
+  """
+  values = [float(v) for v in values]
+  if not values or not all(math.isfinite(v) for v in values):
+    raise ValueError(f"spread needs one or more finite values, got {values}")
+  n, mean = len(values), statistics.fmean(values)
+  out = {"n": n, "mean": mean, "std": None, "min": min(values), "max": max(values),
+         "ci_low": None, "ci_high": None}
+  if n >= 2:
+    std = statistics.stdev(values)
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+    out.update(std=std, ci_low=mean - half, ci_high=mean + half)
+  return out
+
+
+def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict:
+  """{field: spread} over the rows, and {domain: {field: spread}} per domain."""
+  if not rows:
+    raise ValueError("aggregate needs at least one seed row")
+  seeds = [r["seed"] for r in rows]
+  if len(set(seeds)) != len(seeds):
+    raise ValueError(f"seed rows repeat a seed: {seeds}")
+  out = {f: spread([r[f] for r in rows]) for f in FIELDS}
+  domains = sorted({d for r in rows for d in r["by_domain"]})
+  out["by_domain"] = {
+      d: {f: spread([r["by_domain"][d][f] for r in rows]) for f in RATE_FIELDS
+          if all(f in r["by_domain"].get(d, {}) for r in rows)}
+      for d in domains}
+  return out
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+  if x is None:
+    return "-"
+  return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+
+
+def _spread_cell(s: Mapping[str, Any], signed: bool) -> str:
+  if s["std"] is None:
+    return _pct(s["mean"], signed)
+  return (f"{_pct(s['mean'], signed)} ± {100 * s['std']:.1f} "
+          f"[{_pct(s['ci_low'], signed)}, {_pct(s['ci_high'], signed)}]")
+
+
+def render_markdown(title: str, rows: Sequence[Mapping[str, Any]], agg: Mapping[str, Any],
+                    command: str, machine: Mapping[str, Any]) -> str:
+  """seeds.md: per-seed rows, then mean ± std [95% t-interval] per field."""
+  head = ("| seed | greedy before | greedy after | greedy Δ pp | p | sampled before | "
+          "sampled after | sampled Δ pp | p |")
+  lines = [f"# {title}", "", f"Command: `{command}`", "",
+           "Machine: " + ", ".join(f"{k}={v}" for k, v in machine.items()), "",
+           "Completion rates in %; Δ is after - before on the same held-out problems, "
+           "p the exact McNemar p-value of that seed.", "", head, "|---" * 9 + "|"]
+  for r in rows:
+    lines.append(f"| {r['seed']} | {_pct(r['before'])} | {_pct(r['after'])} | "
+                 f"{_pct(r['diff'], True)} | {r['p_value']:.3g} | {_pct(r['before_sampled'])} | "
+                 f"{_pct(r['after_sampled'])} | {_pct(r['diff_sampled'], True)} | "
+                 f"{r['p_value_sampled']:.3g} |")
+  lines += ["", f"Over {len(rows)} seeds: mean ± std [95% t-interval of the mean].", "",
+            "| field | value |", "|---|---|"]
+  lines += [f"| {f} | {_spread_cell(agg[f], f in DIFF_FIELDS)} |" for f in FIELDS]
+  if agg["by_domain"]:
+    lines += ["", "Per domain (mean ± std [95% t-interval]):", "",
+              "| domain | " + " | ".join(RATE_FIELDS) + " |", "|---" * (len(RATE_FIELDS) + 1) + "|"]
+    for d, fields in agg["by_domain"].items():
+      cells = [_spread_cell(fields[f], False) if f in fields else "-" for f in RATE_FIELDS]
+      lines.append(f"| {d} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"

@@ -1,0 +1,120 @@
+"""Demo over seeds: the spread statistics by hand, and reproducibility of a seed.
+
+The end-to-end test runs the tiny demo for seeds 0 and 1, then seed 0 again
+in another folder: seed 0's rows and every logged training number (SFT and
+RL metrics, apart from timings) must match exactly, and seed 1's must not.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rl_post import seed_runs
+from rl_post.errors import ConfigError
+from rl_post.eval import seeds
+from rl_post.metrics.writers import read_metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _summary(before, after, diff, by_domain=None):
+  ev = lambda rate: {"completion_rate": rate, **({"by_domain": by_domain(rate)} if by_domain else {})}
+  return {"evals": {"before": ev(before), "after": ev(after), "before_sampled": ev(before / 2),
+                    "after_sampled": ev(after / 2)},
+          "comparisons": {"": {"diff": diff, "p_value": 0.5},
+                          "_sampled": {"diff": diff / 2, "p_value": 0.25}}}
+
+
+def test_spread_by_hand():
+  s = seeds.spread([0.1, 0.2, 0.6])
+  assert s["mean"] == pytest.approx(0.3) and (s["min"], s["max"]) == (0.1, 0.6)
+  assert s["std"] == pytest.approx(math.sqrt((0.04 + 0.01 + 0.09) / 2))  # ddof=1
+  half = 4.302652729911275 * s["std"] / math.sqrt(3)  # t_{0.975, 2}
+  assert (s["ci_low"], s["ci_high"]) == pytest.approx((0.3 - half, 0.3 + half))
+  one = seeds.spread([0.4])
+  assert one["mean"] == 0.4 and one["std"] is None and one["ci_low"] is None
+  with pytest.raises(ValueError, match="one or more finite values"):
+    seeds.spread([])
+  with pytest.raises(ValueError, match="one or more finite values"):
+    seeds.spread([0.1, float("nan")])
+
+
+def test_rows_aggregate_and_markdown():
+  by_domain = lambda rate: {"a": {"completion_rate": rate}, "b": {"completion_rate": 1 - rate}}
+  rows = [seeds.seed_row(0, _summary(0.2, 0.5, 0.3, by_domain)),
+          seeds.seed_row(1, _summary(0.4, 0.6, 0.2, by_domain))]
+  assert rows[0]["after_sampled"] == 0.25 and rows[0]["diff_sampled"] == 0.15
+  assert rows[1]["by_domain"]["b"]["before"] == pytest.approx(0.6)
+  agg = seeds.aggregate(rows)
+  assert agg["before"]["mean"] == pytest.approx(0.3)
+  assert agg["diff"]["std"] == pytest.approx(math.sqrt(0.005))
+  assert agg["by_domain"]["b"]["after"]["mean"] == pytest.approx(0.45)
+  md = seeds.render_markdown("t", rows, agg, "python x.py", {"cpu_count": 2})
+  assert "| 0 | 20.0 | 50.0 | +30.0 | 0.5 | 10.0 | 25.0 | +15.0 | 0.25 |" in md
+  assert "| before | 30.0 ± 14.1 [" in md and "| diff | +25.0 ± 7.1 [" in md
+  assert "| b | 70.0 ± 14.1 [" in md and "Machine: cpu_count=2" in md
+  with pytest.raises(ValueError, match="repeat a seed"):
+    seeds.aggregate([rows[0], rows[0]])
+  with pytest.raises(ValueError, match=r"seed 3: report summary lacks \['after_sampled'"):
+    bad = _summary(0.1, 0.2, 0.1)
+    del bad["evals"]["after_sampled"]
+    seeds.seed_row(3, bad)
+
+
+@pytest.mark.parametrize("bad, match", [([], "at least one seed"), (["1", "x"], "integers >= 0"),
+                                        (["-1"], "integers >= 0"), (["0", "0"], "repeats")])
+def test_check_seeds_errors(bad, match):
+  with pytest.raises(ConfigError, match=match):
+    seed_runs.check_seeds(bad)
+  assert seed_runs.check_seeds(["2", " 0"]) == [2, 0]
+
+
+def _training_numbers(run_dir):
+  """Every logged SFT and RL metric except wall-clock timings."""
+  out = {}
+  for stage in ("sft", "rl"):
+    out[stage] = [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))}
+                  for r in read_metrics(run_dir / stage)]
+  return out
+
+
+def _run_script(workdir, seeds, cache_dir):
+  """experiments/demo_seeds.py on the tiny demo (2 RL steps) in a fresh process.
+
+  The runs share a persistent XLA compilation cache: the same programs
+  compile once, not once per seed.
+  """
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
+             JAX_COMPILATION_CACHE_DIR=str(cache_dir),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run(
+      [sys.executable, "experiments/demo_seeds.py", "--config=configs/demo.py:tiny",
+       "--config.rl.num_steps=2", f"--seeds={seeds}", f"--workdir={workdir}"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "| field | value |" in proc.stdout
+  return json.load(open(workdir / "seeds.json"))
+
+
+def test_tiny_demo_over_seeds_is_reproducible(tmp_path):
+  first = _run_script(tmp_path / "a", "0,1", tmp_path / "xla_cache")
+  again = _run_script(tmp_path / "b", "0", tmp_path / "xla_cache")
+
+  assert [r["seed"] for r in first["rows"]] == [0, 1]
+  assert first["aggregate"]["after"]["n"] == 2 and first["machine"]["cpu_count"] >= 1
+  assert "--seeds=0,1" in first["command"]
+  assert "| 1 |" in open(tmp_path / "a" / "seeds.md").read()
+  strip = lambda row: {k: v for k, v in row.items() if k != "wall_s"}
+  assert strip(again["rows"][0]) == strip(first["rows"][0])
+  seed0 = _training_numbers(tmp_path / "a" / "seed_0")
+  assert len(seed0["rl"]) == 2 and seed0["sft"]
+  assert _training_numbers(tmp_path / "b" / "seed_0") == seed0
+  assert _training_numbers(tmp_path / "a" / "seed_1") != seed0
+  for name in ("summary.json", "pass_rate.png", "curves.png", "difficulty.png"):
+    assert (tmp_path / "b" / "seed_0" / "report" / name).stat().st_size > 0, name
