@@ -34,12 +34,12 @@ def test_eta_excludes_the_compiling_first_step():
   p = progress.Progress(total_steps=10, start_step=4, clock=lambda: now[0])
   now[0] += 30.0  # step 5: compile + run
   m = p.update(5)
-  assert m == {"progress/s_per_step": 30.0, "progress/eta_s": 150.0}
+  assert m == {"time/mean_step_s": 30.0, "time/eta_s": 150.0}
   now[0] += 2.0
   p.update(6)
   now[0] += 4.0
   m = p.update(7)
-  assert m["progress/s_per_step"] == 3.0 and m["progress/eta_s"] == 9.0
+  assert m["time/mean_step_s"] == 3.0 and m["time/eta_s"] == 9.0
   line = p.line(7, dict(m, **{"reward/mean": 0.5, "perf/mfu": 0.312}))
   assert line == "step 7/10 (70%) 3.00 s/step ETA 9s | reward 0.500 | mfu 31.2%"
 

@@ -69,6 +69,7 @@ class Progress:
 
   The rate is the mean over the steps run in this process after the first
   (which includes compilation), or that first step while it is the only one.
+  Its metrics are wall-clock ones, under `time/` like StepTimer's.
   """
 
   def __init__(self, total_steps: int, start_step: int = 0,
@@ -91,15 +92,15 @@ class Progress:
     if self._first_done is None:
       self._first_done = (step, now)
     rate = self.seconds_per_step(step, now)
-    return {"progress/s_per_step": rate,
-            "progress/eta_s": rate * max(self.total - step, 0)}
+    return {"time/mean_step_s": rate,
+            "time/eta_s": rate * max(self.total - step, 0)}
 
   def line(self, step: int, metrics: dict) -> str:
     """'step 12/100 (12%) 1.30 s/step ETA 1m54s | reward 0.41 | mfu 31.2%'."""
     pct = 100.0 * step / self.total if self.total else 100.0
     parts = [f"step {step}/{self.total} ({pct:.0f}%) "
-             f"{metrics['progress/s_per_step']:.2f} s/step "
-             f"ETA {format_duration(metrics['progress/eta_s'])}"]
+             f"{metrics['time/mean_step_s']:.2f} s/step "
+             f"ETA {format_duration(metrics['time/eta_s'])}"]
     for key, label, fmt in (("reward/mean", "reward", "{:.3f}"), ("kl", "kl", "{:.4f}"),
                             ("response_len/mean", "len", "{:.1f}"),
                             ("async/staleness", "stale", "{:.0f}"),
