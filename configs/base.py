@@ -13,6 +13,9 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.mesh = dict(data=-1, fsdp=1, tensor=1, context=1)
+  # Multi-host: "off" | "auto" (TPU slice, SLURM, RL_POST_* env) | "explicit" (docs/scale.md).
+  c.distributed = dict(mode="off", coordinator_address="", num_processes=0, process_id=-1,
+                       local_device_ids=(), timeout_s=300)
   c.sharding_rules = DEFAULT_RULES
   c.tokenizer = dict(path=f"{workroot}/tokenizer/arithmetic.model", vocab_size=384,
                      corpus_examples=20_000)

@@ -14,6 +14,7 @@ from rl_post.sft import trainer as sft_trainer
     ("rl.ppo", "gae_lambda", 1.5, "rl.ppo.gae_lambda must be in [0, 1]"),
     ("rl", "algorithm", "trpo", "rl.algorithm must be one of"),
     ("rl", "num_minibatches", 3, "rl.num_minibatches must divide"),
+    ("rl", "prompt_buckets", (8,), "rl.prompt_buckets must be strictly increasing"),
     ("optimizer", "learning_rate", -1.0, "optimizer.learning_rate must be > 0"),
     ("tasks", "weights", (1.0, 2.0), "tasks.weights must have one entry per domain"),
     ("tasks", "domains", ("algebra",), "unknown domain 'algebra'"),

@@ -85,3 +85,30 @@ def test_bad_config_and_leaf():
     from_section(FilterConfig, {"max_rounds": -1}, "filtering")
   with pytest.raises(ValueError, match="cannot gather rows of a str leaf"):
     filtering.gather(["x"], [(0, 0)], 1, 1)
+
+
+def test_a_component_only_some_rounds_have_counts_zero_in_the_others():
+  """Round 0 drew no extraction task, round 1 did: its json_valid rows survive,
+  round 0's rows get 0 (a RewardBatch's 'absent' value), the keys are the union."""
+  n = B * G
+  rounds = [{"outcome": np.ones(n, np.float32)},
+            {"outcome": np.zeros(n, np.float32), "json_valid": np.full(n, 0.5, np.float32)}]
+  picks = [(0, 0), (1, 2)]
+  out = filtering.gather(rounds, picks, G, n)
+  assert set(out) == {"outcome", "json_valid"}
+  np.testing.assert_array_equal(out["outcome"], [1] * G + [0] * G)
+  np.testing.assert_array_equal(out["json_valid"], [0] * G + [0.5] * G)
+  with pytest.raises(ValueError, match="'errors' is missing from some rounds"):
+    filtering.gather([{"errors": 1}, {}], picks, G, n)
+
+
+def test_token_rows_of_different_widths_are_right_padded_with_zeros():
+  """Rounds whose prompts were bucketed to different widths (T = 3 and T = 5)."""
+  n = B * G
+  rounds = [{"tokens_NxT": np.ones((n, 3), np.int32), "mask_NxT": np.ones((n, 3), np.int32)},
+            {"tokens_NxT": np.full((n, 5), 2, np.int32), "mask_NxT": np.ones((n, 5), np.int32)}]
+  out = filtering.gather(rounds, [(0, 1), (1, 0)], G, n)
+  assert out["tokens_NxT"].shape == (2 * G, 5)
+  np.testing.assert_array_equal(out["tokens_NxT"][0], [1, 1, 1, 0, 0])
+  np.testing.assert_array_equal(out["mask_NxT"][0], [1, 1, 1, 0, 0])  # padding is masked out
+  np.testing.assert_array_equal(out["tokens_NxT"][-1], [2] * 5)

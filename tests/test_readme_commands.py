@@ -49,6 +49,22 @@ _RING = ("launch/local.sh --devices=8 experiments/train_rl.py "
 _CHAOS = ("launch/local.sh --restart_on_failure=2 experiments/train_rl.py "
           "--config=configs/grpo_arithmetic.py:tiny --workdir=/tmp/grpo_chaos "
           "--config.faults.corrupt_checkpoint_at_steps=(2,) --config.faults.kill_at_steps=(3,)")
+_MULTI_TOKENIZER = "python experiments/build_tokenizer.py --config=configs/grpo_multidomain.py"
+_MULTI_SFT = ("python experiments/train_sft.py --config=configs/sft_multidomain.py "
+              "--workdir=/tmp/rl_post/multi_sft")
+_MULTI_RL = ("python experiments/train_rl.py --config=configs/grpo_multidomain.py "
+             "--workdir=/tmp/rl_post/multi_grpo "
+             "--config.rl.init_from=/tmp/rl_post/multi_sft/export")
+_MULTI_EVALUATE = ("python experiments/evaluate.py --config=configs/grpo_multidomain.py "
+                   "--checkpoint=/tmp/rl_post/multi_grpo --workdir=/tmp/rl_post/multi_eval_grpo "
+                   "--num_samples=2 --ks=1,2")
+MULTI_TOK = "{work}/tokenizer/multidomain.model"
+_AOT = "python experiments/aot_check.py --config=configs/grpo_arithmetic.py --target=v5e-8"
+_TPU_POD = ("launch/tpu_pod.sh --name=rl-pod --zone=us-east5-a --accelerator=v5p-64 --dry_run "
+            "-- experiments/train_rl.py --config=configs/grpo_arithmetic.py "
+            "--workdir=gs://my-bucket/grpo")
+_SLURM = ("launch/slurm_gpu.sbatch --nodes=2 --gpus_per_node=8 --dry_run "
+          "experiments/train_rl.py --config=configs/grpo_arithmetic.py --workdir=/shared/grpo")
 
 _DEMO_SEEDS = "python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds"
 
@@ -113,6 +129,37 @@ COMMANDS = {
         outputs=("grpo_chaos/restarts.jsonl", "grpo_chaos/faults.jsonl",
                  "grpo_chaos/metrics.jsonl"),
         after=(_BUILD_TOKENIZER,)),
+    # The multi-domain chain (tests/test_multidomain_run.py checks its metrics).
+    _MULTI_TOKENIZER: Entry(
+        argv=("{py}", "experiments/build_tokenizer.py",
+              "--config=configs/grpo_multidomain.py:tiny", f"--config.tokenizer.path={MULTI_TOK}"),
+        outputs=("tokenizer/multidomain.model",)),
+    _MULTI_SFT: Entry(
+        argv=("{py}", "experiments/train_sft.py", "--config=configs/sft_multidomain.py:tiny",
+              "--workdir={work}/multi_sft", f"--config.tokenizer.path={MULTI_TOK}",
+              "--config.sft.num_steps=2"),
+        outputs=("multi_sft/export/model_config.json", "multi_sft/metrics.jsonl"),
+        after=(_MULTI_TOKENIZER,)),
+    _MULTI_RL: Entry(
+        argv=("{py}", "experiments/train_rl.py", "--config=configs/grpo_multidomain.py:tiny",
+              "--workdir={work}/multi_grpo", "--config.rl.init_from={work}/multi_sft/export",
+              f"--config.tokenizer.path={MULTI_TOK}", "--config.rl.num_steps=1"),
+        outputs=("multi_grpo/metrics.jsonl", "multi_grpo/config.json"),
+        after=(_MULTI_SFT,)),
+    _MULTI_EVALUATE: Entry(  # :tiny trains on no held-out set; give it 7 (levels 1-2)
+        argv=("{py}", "experiments/evaluate.py", "--config=configs/grpo_multidomain.py:tiny",
+              "--checkpoint={work}/multi_grpo", "--workdir={work}/multi_eval_grpo",
+              f"--config.tokenizer.path={MULTI_TOK}", "--config.tasks.heldout_size=7",
+              "--config.rl.max_prompt_len=320", "--config.rl.prompt_buckets=(320,)",
+              "--num_samples=2", "--ks=1,2"),
+        outputs=("multi_eval_grpo/eval.json", "multi_eval_grpo/eval.md"),
+        after=(_MULTI_RL,)),
+    _AOT: Entry(
+        argv=("{py}", "experiments/aot_check.py", "--config=configs/grpo_arithmetic.py",
+              "--target=v5e-8", "--json_out={work}/aot.json"),
+        outputs=("aot.json",)),
+    _TPU_POD: Entry(argv=tuple(_TPU_POD.split())),  # --dry_run: prints, runs nothing
+    _SLURM: Entry(argv=tuple(_SLURM.split())),
 }
 
 

@@ -30,6 +30,7 @@ def test_weights_per_domain_combine_components():
   metrics = reward_metrics(tasks, batch)
   assert metrics["reward/b/efficiency"] == 0.25 and metrics["reward/a/outcome"] == 0.75
   assert metrics["reward/errors/timeout"] == 1 and metrics["reward/b/mean"] == 0.25
+  assert metrics["reward/b/errors"] == 1 and metrics["reward/a/errors"] == 0  # per domain
 
 
 def test_process_component_is_mean_step_score_unless_given():

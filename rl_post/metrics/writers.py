@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -99,6 +100,12 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict]:
   return records
 
 
+def _is_primary_process() -> bool:
+  """JAX process 0, or True when JAX is not in use (no import forced here)."""
+  jax = sys.modules.get("jax")
+  return jax is None or jax.process_index() == 0
+
+
 class MetricWriter:
   """Writes scalar metrics per step to metrics.jsonl and TensorBoard.
 
@@ -112,7 +119,7 @@ class MetricWriter:
   """
 
   def __init__(self, workdir: str | os.PathLike, *, tensorboard: bool = True,
-               truncate_after_step: int | None = None):
+               truncate_after_step: int | None = None, primary: bool | None = None):
     """Opens (appending to) `workdir/metrics.jsonl`.
 
     Args:
@@ -122,6 +129,8 @@ class MetricWriter:
         existing lines with a larger step, so replayed steps are not
         duplicated (TensorBoard gets the matching purge_step). None keeps
         every existing line.
+      primary: whether this process writes files; default: JAX process 0
+        only (in a multi-host run the others validate and discard).
     """
     self.workdir = os.fspath(workdir)
     if truncate_after_step is not None:
@@ -129,10 +138,14 @@ class MetricWriter:
     os.makedirs(self.workdir, exist_ok=True)
     self.path = os.path.join(self.workdir, METRICS_FILENAME)
     self.nonfinite_counts: dict[str, int] = {}
+    self.primary = _is_primary_process() if primary is None else primary
+    self._tb = None
+    if not self.primary:
+      self._file = open(os.devnull, "a", encoding="utf-8")
+      return
     if os.path.exists(self.path):
       self._repair(truncate_after_step)
     self._file = open(self.path, "a", encoding="utf-8")
-    self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter  # Only needed when enabled.
       # purge_step makes TensorBoard hide the old run's events at replayed
@@ -163,6 +176,8 @@ class MetricWriter:
     step = _check_step(step)
     if self._file is None:
       raise ValueError("MetricWriter is closed")
+    if not self.primary:
+      return
     self._file.close()
     self._repair(step)
     self._file = open(self.path, "a", encoding="utf-8")

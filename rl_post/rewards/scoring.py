@@ -157,12 +157,15 @@ def combine(tasks: Sequence[Task], verdicts: Sequence[Verdict],
 
 
 def reward_metrics(tasks: Sequence[Task], batch: RewardBatch, prefix: str = "reward") -> dict:
-  """`<prefix>/<domain>/<component>` means and `<prefix>/errors/<kind>` counts."""
+  """`<prefix>/<domain>/<component>` means, `<prefix>/errors/<kind>` counts and
+  `<prefix>/<domain>/errors`, the domain's completions whose verification failed."""
   metrics = {f"{prefix}/errors/{kind}": count for kind, count in batch.error_counts.items()}
   domains = np.array([t.domain for t in tasks])
+  failed_N = np.array([kind is not None for kind in batch.error_kinds], bool)
   for domain in sorted(set(domains.tolist())):
     sel = domains == domain
     metrics[f"{prefix}/{domain}/mean"] = float(batch.rewards_N[sel].mean())
+    metrics[f"{prefix}/{domain}/errors"] = int(failed_N[sel].sum())
     for name, values in batch.components.items():
       metrics[f"{prefix}/{domain}/{name}"] = float(values[sel].mean())
   return metrics

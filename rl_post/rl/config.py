@@ -40,7 +40,20 @@ class RLConfig:
     eval_every: held-out evaluation period in steps (0: only at the end).
     checkpoint_every: checkpoint period in steps.
     init_from: directory of exported SFT params ("" = fresh init).
+    async_rewards: score batch t on the reward pool while batch t+1 is
+      generated (rl/async_rewards.py); incompatible with dynamic filtering.
+    async_staleness: with async_rewards, how many updates a batch may lag
+      the policy that sampled it (0 = the synchronous order and numbers).
+    compute_dtype: dtype of the model's activations and matmuls in the RL
+      run ("" = model.dtype); params and optimizer state stay in
+      model.param_dtype, log-softmax in float32 (rl_post/training/precision.py).
+    peak_flops: the accelerator's peak FLOP/s for the per-step MFU metric
+      (0 = no MFU metric).
     algo: the chosen algorithm's config (set by `load`, not a section field).
+    prompt_buckets: prompt widths generation pads to (the smallest that
+      fits the batch's longest prompt); () = the sampler's powers of two.
+      (max_prompt_len,) gives one compiled shape for every batch of a
+      mixture whose prompt lengths vary (sql schemas next to short sums).
   """
   algorithm: str = "grpo"
   num_steps: int = 100
@@ -58,7 +71,12 @@ class RLConfig:
   eval_every: int = 0
   checkpoint_every: int = 20
   init_from: str = ""
+  async_rewards: bool = False
+  async_staleness: int = 1
+  compute_dtype: str = ""
+  peak_flops: float = 0.0
   algo: Any = None
+  prompt_buckets: tuple[int, ...] = ()
 
   def __post_init__(self):
     alg = registry.get(self.algorithm)
@@ -84,10 +102,22 @@ class RLConfig:
           "must be float32 or bfloat16", self.ref_dtype)
     check(self.eval_every >= 0, "eval_every", "must be >= 0", self.eval_every)
     check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1", self.checkpoint_every)
+    check(isinstance(self.async_rewards, bool), "async_rewards", "must be a bool",
+          self.async_rewards)
+    check(isinstance(self.async_staleness, int) and self.async_staleness >= 0,
+          "async_staleness", "must be an int >= 0", self.async_staleness)
+    check(self.compute_dtype in ("", "float32", "bfloat16"), "compute_dtype",
+          'must be "", "float32" or "bfloat16"', self.compute_dtype)
+    check(self.peak_flops >= 0, "peak_flops", "must be >= 0 (0 = no MFU)", self.peak_flops)
     if self.algo is None:
       object.__setattr__(self, "algo", alg.config_cls())
     check(isinstance(self.algo, alg.config_cls), "algo",
           f"must be a {alg.config_cls.__name__}", self.algo)
+    check(list(self.prompt_buckets) == sorted(set(self.prompt_buckets))
+          and all(isinstance(b, int) and b > 0 for b in self.prompt_buckets)
+          and (not self.prompt_buckets or self.prompt_buckets[-1] >= self.max_prompt_len),
+          "prompt_buckets", "must be strictly increasing positive ints, the last >= "
+          f"max_prompt_len ({self.max_prompt_len}), or empty", self.prompt_buckets)
 
   @property
   def rollouts_per_step(self) -> int:

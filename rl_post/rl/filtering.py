@@ -65,7 +65,9 @@ def gather(trees: Sequence[Any], picks: Sequence[Pick], group_size: int, num_row
 
   Trees are nested dicts, dataclasses, lists/tuples of length N and arrays
   with leading dimension N (N = num_rows per round). Other leaves (scalar
-  counters) are summed over rounds; None stays None.
+  counters) are summed over rounds; None stays None. A dict key that only
+  some rounds have (a reward component of a domain another round did not
+  draw) must hold arrays of N rows; rounds without it count 0 there.
   """
   first = trees[0]
   if first is None:
@@ -75,16 +77,38 @@ def gather(trees: Sequence[Any], picks: Sequence[Pick], group_size: int, num_row
         f.name: gather([getattr(t, f.name) for t in trees], picks, group_size, num_rows)
         for f in dataclasses.fields(first) if f.init})
   if isinstance(first, dict):
-    return {k: gather([t[k] for t in trees], picks, group_size, num_rows) for k in first}
+    keys = list(dict.fromkeys(k for t in trees for k in t))
+    return {k: gather(_with_zeros(trees, k, num_rows), picks, group_size, num_rows)
+            for k in keys}
   rows = [(r, g * group_size + i) for r, g in picks for i in range(group_size)]
   if isinstance(first, (list, tuple)) and len(first) == num_rows:
     return type(first)(trees[r][i] for r, i in rows)
   if hasattr(first, "shape") and first.shape[:1] == (num_rows,):
-    arrays = [np.asarray(t) for t in trees]
+    arrays = _right_padded([np.asarray(t) for t in trees])
     return np.stack([arrays[r][i] for r, i in rows]) if rows else arrays[0][:0]
   if isinstance(first, (int, float, np.number)):
     return type(first)(sum(trees))
   raise ValueError(f"cannot gather rows of a {type(first).__name__} leaf")
+
+
+def _right_padded(arrays: list[np.ndarray]) -> list[np.ndarray]:
+  """Arrays of equal rank padded with zeros at the end of every axis but the first."""
+  if len({a.ndim for a in arrays}) > 1:
+    raise ValueError(f"cannot gather rows of arrays of ranks {[a.ndim for a in arrays]}")
+  shape = tuple(max(dims) for dims in zip(*(a.shape for a in arrays)))
+  return [a if a.shape == shape else
+          np.pad(a, [(0, 0)] + [(0, full - n) for full, n in zip(shape[1:], a.shape[1:])])
+          for a in arrays]
+
+
+def _with_zeros(trees: Sequence[dict], key, num_rows: int) -> list:
+  """trees[i][key] per round, zeros of N rows for rounds without the key."""
+  template = next(t[key] for t in trees if key in t)
+  if any(key not in t for t in trees) and not (
+      hasattr(template, "shape") and template.shape[:1] == (num_rows,)):
+    raise ValueError(f"key {key!r} is missing from some rounds and is not an array of "
+                     f"{num_rows} rows")
+  return [t[key] if key in t else np.zeros_like(template) for t in trees]
 
 
 def collect(draw: Callable[[int], Any], rewards_of: Callable[[Any], np.ndarray],

@@ -28,12 +28,14 @@ from rl_post.data import batching, domain_stats, eval_sets
 from rl_post.data.mixture import TaskConfig
 from rl_post.errors import MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
+from rl_post.metrics import progress as progress_lib
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import RewardConfig, reward_metrics
+from rl_post.rl import async_rewards
 from rl_post.rl import config as rl_config
 from rl_post.rl import critic as critic_lib
 from rl_post.rl import filtering
@@ -41,6 +43,7 @@ from rl_post.rl.config import RLConfig
 from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
                                    make_value_fn, rollout_batch)
 from rl_post.sampling.sampler import SamplingConfig, generate
+from rl_post.training import precision
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
 from rl_post.training.guard import GuardConfig, NonFiniteGuard
@@ -96,19 +99,26 @@ class _Components:
   def __init__(self, config, workdir):
     self.ctx = ctx = setup_run(config, workdir)
     self.rl = rl = rl_config.load(config.get("rl"))
+    # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
+    self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
     self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
     self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
     self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
     self.filtering = from_section(filtering.FilterConfig, config.get("filtering"), "filtering")
     self.guard = from_section(GuardConfig, config.get("guard"), "guard")
     self.faults = from_section(FaultsConfig, config.get("faults"), "faults")
+    if rl.async_rewards and self.filtering.enabled:
+      raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
+                       "see a round's rewards before drawing the next one")
     divisor = ctx.batch_divisor()
     minibatch = rl.rollouts_per_step // rl.num_minibatches
     if minibatch % divisor:
       raise ValueError(f"rl: minibatch size {minibatch} (batch_size * num_generations / "
                        f"num_minibatches) must be a multiple of the mesh batch axes ({divisor})")
-    self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature)
-    self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True)
+    buckets = dict(length_buckets=tuple(rl.prompt_buckets)) if rl.prompt_buckets else {}
+    self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature,
+                                   **buckets)
+    self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
     self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
@@ -125,12 +135,12 @@ class _Components:
                            for k, nd in batch_ndims(rl).items()}
     cp_mesh = mesh_lib.context_mesh(mesh)
     self.step_fn = jit_train_step(
-        make_rl_train_step(ctx.model_config, rl, self.optimizer, self.critic_optimizer,
+        make_rl_train_step(self.model_config, rl, self.optimizer, self.critic_optimizer,
                            cp_mesh),
         self.state_shardings, self.batch_sharding)
-    self.ref_fn = jax.jit(make_ref_logprobs(ctx.model_config, rl, cp_mesh))
+    self.ref_fn = jax.jit(make_ref_logprobs(self.model_config, rl, cp_mesh))
     if rl.uses_critic:
-      self.value_fn = jax.jit(make_value_fn(ctx.model_config, rl, cp_mesh))
+      self.value_fn = jax.jit(make_value_fn(self.model_config, rl, cp_mesh))
 
   def abstract_state(self):
     """The checkpoint restore target (with the critic when the algorithm has one)."""
@@ -151,7 +161,7 @@ def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> di
     return {}
   metrics = {}
   for prefix, sampling in (("eval", c.eval_sampling), ("eval_sampled", c.sampling)):
-    result = evaluate(c.ctx.model_config, params, c.ctx.tokenizer, c.mixture.heldout,
+    result = evaluate(c.model_config, params, c.ctx.tokenizer, c.mixture.heldout,
                       sampling=sampling, max_prompt_len=c.rl.max_prompt_len,
                       batch_size=c.rl.rollouts_per_step,
                       rng=jax.random.fold_in(c.ctx.key("eval"), step), shard=c.shard,
@@ -160,8 +170,9 @@ def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> di
   return metrics
 
 
-def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
-  """One round of B prompts x G generations, scored (round 0: the step's batch)."""
+def _launch_round(c: _Components, params, ref_params, pool, timer, it: int, rnd: int) -> dict:
+  """Generates one round of B prompts x G generations and starts scoring it
+  (round 0: the step's batch); reference log-probs are dispatched, not awaited."""
   rl, tok, ctx = c.rl, c.ctx.tokenizer, c.ctx
   key = jax.random.fold_in(ctx.key("rollout"), it)
   with timer("rollout"):
@@ -171,19 +182,33 @@ def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd:
     prompts, lens = c.shard((prompts, lens))
     if rnd:  # refill rounds of dynamic filtering; round 0 keeps the unfiltered key
       key = jax.random.fold_in(key, rnd)
-    rollout = generate(state.params, prompts, lens, key,
-                       model_config=ctx.model_config, config=c.sampling,
+    rollout = generate(params, prompts, lens, key,
+                       model_config=c.model_config, config=c.sampling,
                        eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
     host = jax.device_get(rollout)
   with timer("reward"):
     pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
     ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
-    values = (c.value_fn(state.params, state.critic, rollout.tokens_BxT)
+  return dict(tasks_N=tasks_N, host=host, pending=pending, ref_logp=ref_logp,
+              tokens=rollout.tokens_BxT)
+
+
+def _finish_round(c: _Components, state, launched: dict, timer) -> dict:
+  """Critic values under the current policy, then waits for the rewards."""
+  with timer("reward"):
+    values = (c.value_fn(state.params, state.critic, launched["tokens"])
               if c.rl.uses_critic else None)
-    rewards = pending.result()
-  return dict(tasks_N=tasks_N, host=host, rewards=rewards,
+    rewards = launched["pending"].result()
+  ref_logp = launched["ref_logp"]
+  return dict(tasks_N=launched["tasks_N"], host=launched["host"], rewards=rewards,
               ref_logp=None if ref_logp is None else np.asarray(ref_logp),
               values=None if values is None else np.asarray(values))
+
+
+def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
+  """One round, launched and scored at once (the synchronous path)."""
+  return _finish_round(c, state, _launch_round(c, state.params, ref_params, pool, timer, it,
+                                               rnd), timer)
 
 
 def _update_mixture(c: _Components, scored: dict) -> dict:
@@ -264,15 +289,25 @@ def train(config, workdir: str) -> dict:
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = RewardPool(c.rewards, c.tasks.domain_options)
   timer = StepTimer()
+  pipeline = (async_rewards.RolloutPipeline(rl.async_staleness, rl.num_steps, rl.checkpoint_every)
+              if rl.async_rewards else None)
+  progress = progress_lib.Progress(rl.num_steps, start)
+  if not rl.peak_flops:
+    logging.info("rl.peak_flops is 0: perf/mfu omitted (perf/model_tflop is logged)")
   last_metrics = {}
   preempt = SigtermFlag().__enter__()
   it = start
   try:
     while it < rl.num_steps:
       step_start = time.perf_counter()
-      picked, scored, filter_metrics = filtering.collect(
-          lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
-          lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
+      if pipeline is None:
+        picked, scored, filter_metrics = filtering.collect(
+            lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
+            lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
+      else:  # batches up to it + staleness launched with the current policy (async_rewards.py)
+        entry, filter_metrics = pipeline.next(
+            it, lambda j: _launch_round(c, state.params, ref_params, pool, timer, j, 0))
+        picked = scored = _finish_round(c, state, entry.payload, timer)
       tasks_N, host, rewards, ref_logp, values = (
           picked[k] for k in ("tasks_N", "host", "rewards", "ref_logp", "values"))
       batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT,
@@ -288,6 +323,8 @@ def train(config, workdir: str) -> dict:
       skipped = int(sum(m["guard/skipped"] for m in step_metrics))
       if guard.observe(it + 1, skipped):
         state, restored_at = restore_latest()
+        if pipeline is not None:
+          pipeline.drain()  # sampled by the abandoned policy
         guard.rolled_back(it + 1, restored_at)
         logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
                         "iteration %d", it + 1, c.guard.max_nonfinite_steps, restored_at)
@@ -302,19 +339,25 @@ def train(config, workdir: str) -> dict:
       timer.reset()
       elapsed = time.perf_counter() - step_start
       metrics["time/step_s"] = elapsed
-      metrics["throughput/rollout_tokens_per_s"] = (
-          float(host.response_lens_B.sum()) / max(metrics["time/rollout_s"], 1e-9))
+      if "time/rollout_s" in metrics:  # async: absent in a step that generated nothing
+        metrics["throughput/rollout_tokens_per_s"] = (
+            float(host.response_lens_B.sum()) / max(metrics["time/rollout_s"], 1e-9))
       done = it + 1
+      metrics.update(progress_lib.mfu_metrics(
+          progress_lib.rl_step_flops(
+              c.model_config, num_sequences=rl.rollouts_per_step,
+              seq_len=rl.max_prompt_len + rl.max_new_tokens,
+              generated_tokens=rl.rollouts_per_step * rl.max_prompt_len
+              + int(host.response_lens_B.sum()),
+              num_epochs=rl.num_epochs, with_reference=rl.needs_reference),
+          elapsed, rl.peak_flops))
+      metrics.update(progress.update(done))
       if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
         with timer("eval"):
           metrics.update(_evaluate_heldout(c, state.params, done, pool))
       metrics.update(guard.metrics(), **fault_log.metrics())
       writer.write(done, metrics)
-      logging.info("rl step %d: reward %.3f pass %.3f kl %s len %.1f (%.2fs)", done,
-                   metrics["reward/mean"], np.mean([v for k, v in metrics.items()
-                                                   if k.startswith("pass_rate/")]),
-                   f"{metrics['kl']:.4f}" if "kl" in metrics else "-",
-                   metrics["response_len/mean"], elapsed)
+      logging.info("rl %s", progress.line(done, metrics))
       if done % rl.checkpoint_every == 0 or done == rl.num_steps:
         save(done)
         injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)

@@ -23,6 +23,7 @@ from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
+from rl_post.parallel import process_data
 from rl_post.parallel import sharding
 from rl_post.rl.logprobs import token_logprobs_from_logits
 from rl_post.training import state as state_lib
@@ -141,7 +142,7 @@ def train(config, workdir: str) -> dict:
     while it < sft.num_steps:
       with timer("step"):
         batch, dropped = demonstration_batch(mixture, ctx.tokenizer, it, sft)
-        state, metrics = step_fn(state, jax.device_put(batch, batch_sharding))
+        state, metrics = step_fn(state, process_data.put_batch(batch, batch_sharding))
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
       if guard.observe(it + 1, int(metrics["guard/skipped"])):
         state = restore_latest()

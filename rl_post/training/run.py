@@ -19,6 +19,7 @@ from rl_post.data.tokenizer import Tokenizer
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.models import ModelConfig
 from rl_post.models import pretrained
+from rl_post.parallel import distributed
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 
@@ -116,13 +117,21 @@ def _stable_hash(name: str) -> int:
 
 
 def setup_run(config: ml_collections.ConfigDict, workdir: str) -> RunContext:
-  """Validates the shared sections and writes workdir/config.json."""
+  """Validates the shared sections and writes workdir/config.json.
+
+  Starts multi-host JAX first when `config.distributed` asks for it; then
+  the mesh spans every process's devices and only process 0 writes files.
+  """
   if not workdir:
     raise ConfigError("--workdir", workdir, "is required")
   for name in ("seed", "mesh", "tokenizer"):
     if name not in config:
       raise ValueError(f"config is missing the {name!r} section")
-  write_config(workdir, config)
+  distributed.initialize(config.get("distributed"))
+  if distributed.is_primary():
+    write_config(workdir, config)
+  else:
+    ensure_workdir(workdir)
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   sharding.validate_rules(rules, mesh.axis_names)

@@ -1,0 +1,145 @@
+r"""Ahead-of-time memory check: compile the train step for a target without its devices.
+
+  python experiments/aot_check.py --model=llama-8b --target=8xh100 \
+      --mesh=data=1,fsdp=8 --rows=64 --seq_len=1024
+  python experiments/aot_check.py --config=configs/grpo_arithmetic.py --target=v5e-8
+  python experiments/aot_check.py --table --json_out=/tmp/aot.json   # docs/scale.md's table
+
+--config takes the model, mesh and rollout sizes (rows = rl.batch_size x
+rl.num_generations, seq_len = rl.max_prompt_len + rl.max_new_tokens) from an
+experiment config; --model/--mesh/--rows/--seq_len set them directly.
+Prints bytes per device (params, optimizer state, activations, KV cache) and
+whether they fit the target's HBM; exits 1 when something does not fit.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+import _bootstrap  # noqa: F401
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config (optional).")
+_MODEL = flags.DEFINE_string("model", None, "Model preset: smollm2-135m | llama-1b | llama-8b.")
+_TARGET = flags.DEFINE_string("target", "8xh100", "v5e-8 | v5p-64 | 8xh100 | 16xh100.")
+_MESH = flags.DEFINE_string("mesh", None, "Mesh axes, e.g. 'data=1,fsdp=8' (default: "
+                            "the config's mesh, else fsdp over all devices).")
+_ROWS = flags.DEFINE_integer("rows", None, "Rollouts per train step (B x G).")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", None, "Tokens per rollout (prompt + response).")
+_DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype for presets (params stay f32).")
+_TABLE = flags.DEFINE_bool("table", False, "Run the docs/scale.md grid.")
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the reports as JSON here.")
+
+# (model, target, mesh, rows, seq_len): the grid in docs/scale.md.
+TABLE = (
+    ("smollm2-135m", "v5e-8", "data=8", 64, 1024),
+    ("smollm2-135m", "v5p-64", "data=32", 256, 1024),
+    ("smollm2-135m", "8xh100", "data=8", 64, 1024),
+    ("llama-1b", "v5e-8", "data=2,fsdp=4", 64, 1024),
+    ("llama-1b", "v5p-64", "data=4,fsdp=8", 256, 1024),
+    ("llama-1b", "8xh100", "fsdp=8", 64, 1024),
+    ("llama-8b", "v5e-8", "fsdp=4,tensor=2", 64, 1024),
+    ("llama-8b", "v5p-64", "data=2,fsdp=8,tensor=2", 64, 1024),
+    ("llama-8b", "8xh100", "fsdp=8", 64, 1024),
+)
+_FIELDS = ("params_bytes", "opt_state_bytes", "activation_bytes", "kv_cache_bytes",
+           "total_bytes", "hbm_bytes")
+
+
+def parse_mesh(text: str) -> dict:
+  """'data=2,fsdp=-1' -> {"data": 2, "fsdp": -1}."""
+  mesh = {}
+  for part in filter(None, text.split(",")):
+    name, sep, value = part.partition("=")
+    if not sep:
+      raise app.UsageError(f"--mesh entries look like axis=size, got {part!r}")
+    try:
+      mesh[name.strip()] = int(value)
+    except ValueError:
+      raise app.UsageError(f"--mesh {name}: size must be an int, got {value!r}") from None
+  return mesh
+
+
+def _from_config(config):
+  from rl_post.training import run
+  vocab = run.padded_vocab_size(int(config.tokenizer.get("vocab_size", 0) or 0), config)
+  if run.pretrained_path(config) and not os.path.exists(run.pretrained_path(config)):
+    raise app.UsageError(f"pretrained.path={run.pretrained_path(config)!r} is not installed; "
+                         "use --model=<preset> for its architecture")
+  model = run.model_config_from(config) if run.pretrained_path(config) else None
+  if model is None:
+    from rl_post.models import ModelConfig
+    values = dict(config.model.to_dict())
+    values["vocab_size"] = values.get("vocab_size") or vocab
+    model = ModelConfig.from_dict(values)
+  rl = config.get("rl", {})
+  rows = int(rl.get("batch_size", 8)) * int(rl.get("num_generations", 8))
+  seq_len = int(rl.get("max_prompt_len", 64)) + int(rl.get("max_new_tokens", 64))
+  return model, dict(config.mesh), rows, seq_len
+
+
+def _row(label, r):
+  gib = lambda b: f"{b / 2 ** 30:8.2f}"
+  cells = " ".join(gib(r[f]) for f in _FIELDS)
+  return f"{label:<44} {cells}  {'yes' if r['fits'] else 'NO':>4}"
+
+
+def _runs():
+  from rl_post.parallel import aot
+  if _TABLE.value:
+    for name, target, mesh, rows, seq_len in TABLE:
+      yield (f"{name} {target} {mesh}", _with_dtype(aot.MODELS[name]), target,
+             parse_mesh(mesh), rows, seq_len)
+    return
+  if _CONFIG.value is not None:
+    model, mesh, rows, seq_len = _from_config(_CONFIG.value)
+    name = os.path.basename(sys.argv[0])
+  elif _MODEL.value in aot.MODELS:
+    model, mesh, rows, seq_len, name = (_with_dtype(aot.MODELS[_MODEL.value]),
+                                        dict(fsdp=-1), 64, 1024, _MODEL.value)
+  else:
+    raise app.UsageError(f"give --config or --model (one of {sorted(aot.MODELS)}), "
+                         f"got --model={_MODEL.value!r}")
+  mesh = parse_mesh(_MESH.value) if _MESH.value else mesh
+  yield (f"{name} {_TARGET.value}", model, _TARGET.value, mesh,
+         _ROWS.value or rows, _SEQ_LEN.value or seq_len)
+
+
+def _with_dtype(model):
+  return dataclasses.replace(model, dtype=_DTYPE.value)
+
+
+def main(argv):
+  del argv
+  import jax
+  from rl_post.parallel import aot
+  targets = [t for _, t, *_ in TABLE] if _TABLE.value else [_TARGET.value]
+  unknown = sorted(set(targets) - set(aot.TARGETS))
+  if unknown:
+    raise app.UsageError(f"--target {unknown[0]!r} is unknown; one of {sorted(aot.TARGETS)}")
+  jax.config.update("jax_num_cpu_devices", max(aot.TARGETS[t].num_devices for t in targets))
+  print(f"{'model / target / mesh':<44} " + " ".join(f"{f[:-6][:8]:>8}" for f in _FIELDS)
+        + "  fits   (GiB per device)")
+  reports, all_fit = [], True
+  for label, model, target, mesh, rows, seq_len in _runs():
+    report = aot.check(model, aot.TARGETS[target], mesh, rows, seq_len)
+    report.update(label=label, rows=rows, seq_len=seq_len)
+    reports.append(report)
+    all_fit &= report["fits"]
+    print(_row(label, report), flush=True)
+  for how in sorted({r["devices"] for r in reports}):
+    print(f"devices: {how}")
+  print("rows x seq_len per step:", sorted({(r['rows'], r['seq_len']) for r in reports}))
+  if _JSON_OUT.value:
+    with open(_JSON_OUT.value, "w") as f:
+      json.dump(reports, f, indent=2)
+  if not all_fit:
+    print("some configurations do NOT fit: shard more (fsdp/tensor), fewer rows, "
+          "shorter sequences or bf16 params")
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,45 @@
+"""Episodes through a tokenizer's chat template (pretrained models).
+
+`chat_encoders(tokenizer)` returns the two encoders `run_episodes` takes:
+the first observation becomes a user message rendered with the generation
+prompt; a tool response becomes the template's text between the end of
+the model's turn and the start of its next one: the assistant turn's end
+marker, a `tool` message with the response, and the assistant header.
+That text is found by rendering [user, assistant(sentinel), tool] with
+the generation prompt and keeping what follows the sentinel, so it is
+exactly what the template would produce for the whole conversation. The
+`tool` message's content is the response text as the environment formats
+it (`<tool_response>...</tool_response>`). A template that cannot render
+a `tool` message is reported when the encoders are built.
+"""
+
+_SENTINEL = "\x00rl_post_assistant_turn\x00"
+
+
+def _observation_suffix(tokenizer, content):
+  text = tokenizer.apply_chat_template(
+      [{"role": "user", "content": "u"}, {"role": "assistant", "content": _SENTINEL},
+       {"role": "tool", "content": content}], add_generation_prompt=True)
+  cut = text.find(_SENTINEL)
+  if cut < 0:
+    raise ValueError("the chat template drops assistant content; cannot place tool responses")
+  return text[cut + len(_SENTINEL):]
+
+
+def chat_encoders(tokenizer):
+  """(encode_prompt, encode_observation) for `run_episodes`."""
+  try:
+    probe = _observation_suffix(tokenizer, "probe")
+  except Exception as e:  # a template error names the missing role support
+    raise ValueError(f"the chat template cannot render a tool message: {e}") from e
+  if "probe" not in probe:
+    raise ValueError("the chat template drops tool messages")
+
+  def encode_prompt(text):
+    return tokenizer.encode(tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True))
+
+  def encode_observation(observation):
+    return tokenizer.encode(_observation_suffix(tokenizer, observation.strip("\n")))
+
+  return encode_prompt, encode_observation

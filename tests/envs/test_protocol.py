@@ -1,0 +1,75 @@
+"""Protocol parsing: every defect is a counted ProtocolError, in linear time."""
+
+import time
+
+import pytest
+
+from rl_post.envs import protocol, tools
+from rl_post.envs.protocol import ProtocolError, ToolCall, parse_tool_call
+from rl_post.envs.tools import ToolLimits, Workspace, plan_call
+
+
+def test_well_formed_call_and_no_call():
+  text = 'I will look.\n' + protocol.format_call("bash", {"command": "ls"})
+  assert parse_tool_call(text) == ToolCall("bash", {"command": "ls"})
+  assert parse_tool_call("just an answer") is None
+  # Only the last call counts; an earlier quoted call is ignored.
+  two = protocol.format_call("sql", {"query": "x"}) + " then " + protocol.format_call("submit", {})
+  assert parse_tool_call(two).name == "submit"
+
+
+@pytest.mark.parametrize("text,kind", [
+    ("<tool_call>{not json</tool_call>", "malformed_json"),
+    ("<tool_call>" + "[" * 10000 + "</tool_call>", "malformed_json"),
+    ("</tool_call>", "bad_call"),
+    ("<tool_call>[1, 2]</tool_call>", "bad_call"),
+    ('<tool_call>{"name": 3}</tool_call>', "bad_call"),
+    ('<tool_call>{"name": "bash", "arguments": []}</tool_call>', "bad_call"),
+    ('<tool_call>{"name": "bash", "arguments": {}, "x": 1}</tool_call>', "bad_call"),
+    ('<tool_call>{"name": "' + "a" * 20000 + '"}</tool_call>', "call_too_long"),
+])
+def test_malformed_calls_are_errors(text, kind):
+  error = parse_tool_call(text)
+  assert isinstance(error, ProtocolError) and error.kind == kind
+
+
+@pytest.mark.parametrize("call,kind", [
+    (ToolCall("rm_rf", {}), "unknown_tool"),
+    (ToolCall("bash", {}), "bad_arguments"),
+    (ToolCall("bash", {"command": 1}), "bad_arguments"),
+    (ToolCall("bash", {"command": "ls", "sudo": True}), "bad_arguments"),
+    (ToolCall("submit", {"answer": ["x"]}), "bad_arguments"),
+])
+def test_invalid_calls_never_run(call, kind):
+  planned = plan_call(call, Workspace(files={}), ("bash", "submit"), ToolLimits())
+  assert planned.request is None and planned.error.kind == kind
+  outcome = tools.finish_call(planned, Workspace(files={}), None, ToolLimits())
+  assert outcome.error_kind == kind and outcome.observation.startswith(f"error ({kind})")
+
+
+def test_budget_exhausted_refuses_to_run():
+  limits = ToolLimits(per_call_s=2.0, per_episode_s=3.0)
+  ws = Workspace(files={}, tool_seconds=2.5)
+  planned = plan_call(ToolCall("bash", {"command": "ls"}), ws, ("bash",), limits)
+  assert planned.request.timeout_s == pytest.approx(0.5)
+  ws.tool_seconds = 2.95
+  planned = plan_call(ToolCall("bash", {"command": "ls"}), ws, ("bash",), limits)
+  assert planned.request is None and planned.error.kind == "budget_exhausted"
+
+
+def test_parsing_is_linear():
+  def parse_seconds(n):
+    text = "x" * n + "<tool_call>" * (n // 20) + '{"name": "a"}</tool_call>'
+    start = time.perf_counter()
+    for _ in range(5):
+      parse_tool_call(text, max_call_chars=10 * n)
+    return time.perf_counter() - start
+  parse_seconds(1000)
+  small, large = parse_seconds(100_000), parse_seconds(1_600_000)
+  assert large < 16 * small * 4  # 16x the input: far from the 256x of a quadratic parser
+
+
+def test_truncate():
+  text, cut = protocol.truncate("a" * 50, 10)
+  assert cut and text.startswith("a" * 10) and "40 more chars" in text
+  assert protocol.truncate("abc", 10) == ("abc", False)
