@@ -73,11 +73,14 @@ def test_check_seeds_errors(bad, match):
   assert seed_runs.check_seeds(["2", " 0"]) == [2, 0]
 
 
+_TIMING_PREFIXES = ("time/", "throughput/", "progress/")
+
+
 def _training_numbers(run_dir):
   """Every logged SFT and RL metric except wall-clock timings."""
   out = {}
   for stage in ("sft", "rl"):
-    out[stage] = [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))}
+    out[stage] = [{k: v for k, v in r.items() if not k.startswith(_TIMING_PREFIXES)}
                   for r in read_metrics(run_dir / stage)]
   return out
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 REWARD_KEY = "reward/mean"
 PASS_RATE_PREFIX = "pass_rate/"
@@ -55,9 +56,12 @@ def curriculum_domains(metrics: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _figure(rows: int, height: float) -> tuple[Figure, np.ndarray]:
+  """A figure of `rows` panels over a shared integer step axis."""
   fig = Figure(figsize=(8, height), layout="constrained")
   FigureCanvasAgg(fig)
-  return fig, fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+  axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+  axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+  return fig, axes
 
 
 def _missing(ax, what: str) -> None:

@@ -21,7 +21,6 @@ Every "before<suffix>" with a matching "after<suffix>" (e.g. "before" and
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
