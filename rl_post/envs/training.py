@@ -1,10 +1,12 @@
 """GRPO over multi-turn episodes.
 
 Each step samples `rl.batch_size` tasks from the multi-step domains, runs
-`rl.num_generations` episodes per task (`run_episodes`), turns each
-episode's reward into a group-relative advantage, and takes the GRPO
-update of `rl_post.rl.train_step` on the rollout's `loss_mask_BxT`: the
-model's tokens only, never the tool responses.
+`rl.num_generations` episodes per task (`run_episodes`), turns the episode
+rewards into advantages with the configured algorithm's estimator
+(`rl.algorithm`, through `rl_post.rl.train_step.rollout_batch`) and takes
+its update on the rollout's `loss_mask_BxT`: the model's tokens only, never
+the tool responses. Algorithms that need a reference model or a critic are
+refused here (the config-driven trainer has those).
 
 The episode reward is the verifier's, plus `call_success_weight` times the
 fraction of the episode's tool calls that succeeded (0 without calls), a
@@ -23,9 +25,8 @@ from rl_post.envs.domains import DOMAINS, make_env
 from rl_post.envs.episodes import EpisodeConfig, run_episodes
 from rl_post.envs.metrics import EpisodeMetrics
 from rl_post.envs.tools import ToolLimits
-from rl_post.rl import algos
-from rl_post.rl.config import GRPOConfig
-from rl_post.rl.train_step import make_rl_train_step
+from rl_post.rl.config import RLConfig
+from rl_post.rl.train_step import make_rl_train_step, rollout_batch
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.state import TrainState
@@ -55,10 +56,14 @@ def episode_rewards(verifier_B, metrics_per_row, weight):
   return verifier_B + weight * np.where(calls > 0, ok / np.maximum(calls, 1), 0.0)
 
 
-def train_on_episodes(params, *, model_config, tokenizer, sandbox, rl: GRPOConfig,
+def train_on_episodes(params, *, model_config, tokenizer, sandbox, rl: RLConfig,
                       optimizer: OptimizerConfig, sampling: SamplingConfig,
                       config: EpisodeTrainConfig = EpisodeTrainConfig(), seed: int = 0):
-  """Runs rl.num_steps GRPO steps over episodes; returns (params, per-step metrics)."""
+  """Runs rl.num_steps RL steps over episodes; returns (params, per-step metrics)."""
+  if rl.needs_reference or rl.uses_critic:
+    raise ValueError(f"train_on_episodes: rl.algorithm={rl.algorithm!r} needs a "
+                     "reference model or a critic; set its kl_coef to 0 and use a critic-free "
+                     "algorithm (grpo, dr_grpo, dapo, gspo, rloo)")
   opt = make_optimizer(optimizer)
   state = TrainState(step=jnp.int32(0), params=params, opt_state=opt.init(params),
                      rng=jax.random.key(seed))
@@ -77,10 +82,9 @@ def train_on_episodes(params, *, model_config, tokenizer, sandbox, rl: GRPOConfi
                           config=config.episode, metrics=metrics)
     rewards = episode_rewards(result.rewards_B, [(e.calls, e.call_successes) for e in envs],
                               config.call_success_weight)
-    adv = algos.group_advantages(jnp.asarray(rewards), group, scale=rl.advantage_scale)
     r = result.rollout
-    batch = dict(tokens=jnp.asarray(r.tokens_BxT), mask=jnp.asarray(r.loss_mask_BxT),
-                 old_logp=jnp.asarray(r.logp_BxT), adv=adv)
+    batch = rollout_batch(rl, np.asarray(r.tokens_BxT), np.asarray(r.loss_mask_BxT),
+                          np.asarray(r.logp_BxT), rewards)
     state, step_metrics = step_fn(state, batch)
     row = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
     row.update(metrics.summary())

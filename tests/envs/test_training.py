@@ -8,7 +8,7 @@ from rl_post import models
 from rl_post.envs.call_vocab import CallVocabTokenizer
 from rl_post.envs.episodes import EpisodeConfig
 from rl_post.envs.training import EpisodeTrainConfig, episode_rewards, train_on_episodes
-from rl_post.rl.config import GRPOConfig
+from rl_post.rl.config import RLConfig
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.training.optimizer import OptimizerConfig
 
@@ -20,7 +20,7 @@ def test_tool_call_success_rises_under_grpo(sandbox):
   params = models.init_params(config, jax.random.key(0))
   _, history = train_on_episodes(
       params, model_config=config, tokenizer=tok, sandbox=sandbox,
-      rl=GRPOConfig(num_steps=6, batch_size=2, num_generations=4),
+      rl=RLConfig(num_steps=6, batch_size=2, num_generations=4),
       optimizer=OptimizerConfig(learning_rate=3e-2, schedule="constant"),
       sampling=SamplingConfig(max_new_tokens=128, stop_check_interval=8),
       config=EpisodeTrainConfig(call_success_weight=1.0,
