@@ -35,7 +35,7 @@ def _rl(tokenizer_path, workdir, *overrides):
 def test_bad_config_value_is_one_line(tokenizer_path, tmp_path):
   proc = _run(_rl(tokenizer_path, tmp_path / "run", "--config.rl.num_generations=1"))
   _assert_one_line_error(
-      proc, "error: rl.num_generations=1: must be >= 2 (group advantages need a group), got 1")
+      proc, "error: rl.num_generations=1: must be >= 2 for grpo (its advantages need a group), got 1")
 
 
 def test_missing_init_from_names_the_field(tokenizer_path, tmp_path):

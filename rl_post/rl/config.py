@@ -83,7 +83,8 @@ class RLConfig:
     check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
     check(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
     check(self.num_generations >= alg.min_group_size, "num_generations",
-          f"must be >= {alg.min_group_size} for {self.algorithm}", self.num_generations)
+          f"must be >= {alg.min_group_size} for {self.algorithm} (its advantages need a group)",
+          self.num_generations)
     check(self.max_prompt_len > 0, "max_prompt_len", "must be > 0", self.max_prompt_len)
     check(self.max_new_tokens > 0, "max_new_tokens", "must be > 0", self.max_new_tokens)
     check(self.temperature > 0, "temperature", "must be > 0", self.temperature)
