@@ -147,7 +147,11 @@ class Attention(nnx.Module):
     else:
       out = attention_kernels.flash_attention(
           q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)
-    out = jnp.einsum("bthd,hde->bte", out.astype(self.dtype), self.o_proj[...].astype(self.dtype))
+    # (heads, head_dim) flattened on both sides: one plain matmul, so XLA
+    # never transposes o_proj (it did, on every decode step).
+    b, t, h, d = out.shape
+    o_proj_FxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
+    out = jnp.einsum("btf,fe->bte", out.astype(self.dtype).reshape(b, t, h * d), o_proj_FxE)
     return out, new_cache
 
 
