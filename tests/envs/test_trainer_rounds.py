@@ -51,7 +51,9 @@ def test_ppo_over_episodes_steps_on_the_loss_mask_and_resumes_exactly(tmp_path, 
   monkeypatch.setattr(trainer, "rollout_batch", spy)
 
   def config(steps):
-    c = _tiny(algorithm="ppo", num_steps=steps, checkpoint_every=1)
+    c = _tiny(algorithm="ppo", num_steps=steps, checkpoint_every=1, batch_size=1,
+              num_generations=2, max_new_tokens=64)
+    c.episodes.update(max_turns=2, turn_tokens=16)
     c.rl.ppo.update(kl_coef=0.05, critic="head")
     return c
 
