@@ -223,7 +223,7 @@ def _update_mixture(c: _Components, scored: dict) -> dict:
   rewards = scored["rewards"]
   c.mixture.update(scored["tasks_N"], domain_stats.passed(rewards.verdicts))
   metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts, rewards.rewards_N,
-                                        rewards.components)
+                                        rewards.components, rewards.error_kinds)
   metrics.update(c.mixture.curriculum_metrics())
   return metrics
 
