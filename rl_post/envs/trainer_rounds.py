@@ -253,6 +253,10 @@ class EpisodeRounds:
     episode length percentiles, calls and errors per tool and kind."""
     rewards = scored["rewards"]
     metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts,
-                                          rewards.rewards_N, rewards.components)
-    metrics.update({f"episodes/{k}": float(v) for k, v in self._metrics.summary().items()})
+                                          rewards.rewards_N, rewards.components,
+                                          rewards.error_kinds)
+    summary = self._metrics.summary()
+    metrics.update({f"episodes/{k}": float(v) for k, v in summary.items()})
+    busy = summary["tool_seconds"] + summary["generation_seconds"]
+    metrics["episodes/tool_time_frac"] = summary["tool_seconds"] / busy if busy else 0.0
     return metrics
