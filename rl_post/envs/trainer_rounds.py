@@ -142,6 +142,9 @@ def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
   if rl.async_rewards:
     raise ValueError("episodes.enabled needs rl.async_rewards=False: an episode round scores "
                      "its episodes itself (the verifier runs at each episode's end)")
+  if section.turn_tokens > rl.max_new_tokens:
+    raise ValueError(f"episodes.turn_tokens ({section.turn_tokens}) must be <= "
+                     f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")
   return EpisodeRounds(section, seed=int(config.seed), tokenizer=tokenizer, sampling=sampling)
 
 
