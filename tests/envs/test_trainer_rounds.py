@@ -116,7 +116,7 @@ def test_episodes_section_errors_and_defaults(tmp_path):
 def test_episode_reward_batch():
   got = trainer_rounds.episode_rewards([1.0, 0.0, 0.0], [2, 0, 4], [1, 0, 4], 0.5)
   np.testing.assert_allclose(got, [1.25, 0.0, 0.5])
-  batch = trainer_rounds.reward_batch([None] * 3, [1.0, 0.0, 0.0], [2, 0, 4], [1, 0, 4], 0.5)
+  batch = trainer_rounds.reward_batch([1.0, 0.0, 0.0], [2, 0, 4], [1, 0, 4], 0.5)
   np.testing.assert_allclose(batch.rewards_N, got)
   assert batch.correct_N.tolist() == [True, False, False]
   np.testing.assert_allclose(batch.components["call_success"], [0.5, 0.0, 1.0])
