@@ -253,6 +253,7 @@ class EpisodeRounds:
     episode length percentiles, calls and errors per tool and kind."""
     rewards = scored["rewards"]
     metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts,
-                                          rewards.rewards_N, rewards.components)
+                                          rewards.rewards_N, rewards.components,
+                                          rewards.error_kinds)
     metrics.update({f"episodes/{k}": float(v) for k, v in self._metrics.summary().items()})
     return metrics
