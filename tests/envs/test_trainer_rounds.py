@@ -1,5 +1,7 @@
 """Episodes through the config-driven RL trainer: GRPO learns, PPO steps and resumes exactly."""
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -51,15 +53,21 @@ def test_ppo_over_episodes_steps_on_the_loss_mask_and_resumes_exactly(tmp_path, 
   monkeypatch.setattr(trainer, "rollout_batch", spy)
 
   def config(steps):
-    c = _tiny(algorithm="ppo", num_steps=steps, checkpoint_every=1)
+    c = _tiny(algorithm="ppo", num_steps=steps, checkpoint_every=1, batch_size=1,
+              num_generations=2, max_new_tokens=64)
+    c.episodes.update(max_turns=2, turn_tokens=16)
     c.rl.ppo.update(kl_coef=0.05, critic="head")
     return c
 
   straight = trainer.train(config(2), str(tmp_path / "straight"))
-  trainer.train(config(1), str(tmp_path / "resumed"))
+  # a crash after step 1's checkpoint: the same workdir without step 2's checkpoint
+  shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+  shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "2")
   resumed = trainer.train(config(2), str(tmp_path / "resumed"))
   a, b = read_metrics(str(tmp_path / "straight")), read_metrics(str(tmp_path / "resumed"))
   assert [m["step"] for m in b] == [1, 2]
+  assert resumed["metrics"]["loss"] == b[1]["loss"]  # step 2 ran again, after the resume
+  assert (tmp_path / "resumed" / "checkpoints" / "2").is_dir()
   for key in ("loss", "value_loss", "kl", "reward/mean", "episodes/tool_call_success_rate",
               "episodes/calls_per_episode"):
     np.testing.assert_allclose([m[key] for m in b], [m[key] for m in a], rtol=1e-5, err_msg=key)
@@ -98,6 +106,10 @@ def test_episodes_section_errors_and_defaults(tmp_path):
   c = grpo_episodes.get_config("tiny")
   c.rl.async_rewards = True
   with pytest.raises(ValueError, match="async_rewards"):
+    trainer.train(c, str(tmp_path))
+  c = grpo_episodes.get_config("tiny")
+  c.rl.max_new_tokens = 16
+  with pytest.raises(ValueError, match=r"episodes.turn_tokens \(24\) must be <= rl.max_new"):
     trainer.train(c, str(tmp_path))
 
 
