@@ -22,7 +22,6 @@ are wall seconds on a shared machine: the load average is recorded.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -32,11 +31,14 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from baselines import (BaselineEnvMissing, baseline_python, comparison_table,  # noqa: E402
+                       env_python, step_summary)
 from configs import grpo_arithmetic, sft_arithmetic  # noqa: E402
 from rl_post import models  # noqa: E402
 from rl_post.checkpoint.params import load_params, save_params  # noqa: E402
@@ -53,23 +55,8 @@ from rl_post.training.optimizer import OptimizerConfig  # noqa: E402
 from rl_post.training.run import model_config_from  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "vs_trl.json")
-DEFAULT_ENVS = os.environ.get("RL_POST_BASELINE_ENVS", "/work/envs")
 # our aggregation -> TRL's loss_type with the same normalisation (one process, one step)
 LOSS_TYPES = {"token_mean": "dapo", "sequence_mean": "grpo", "sequence_sum_norm": "dr_grpo"}
-
-
-class BaselineEnvMissing(RuntimeError):
-  pass
-
-
-def baseline_python(python: str, name: str) -> str:
-  """The baseline env's interpreter, or a clear error saying how to create it."""
-  if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-    raise BaselineEnvMissing(
-        f"the {name} baseline environment is missing ({python} does not exist): create it "
-        f"with `bash experiments/benchmarks/setup_baselines.sh {name}` or pass "
-        f"--{name}_python=<its python>")
-  return python
 
 
 def bench_config(args, workdir: str):
@@ -138,14 +125,6 @@ def trl_spec(c, export: str, tokenizer, workdir: str) -> dict:
                    loss_type=LOSS_TYPES[rl.algo.aggregation]))
 
 
-def step_summary(wall: list[float], rollout_s: list[float], rollout_tokens: list[float]) -> dict:
-  """First step (compile / warm-up) apart; medians over the rest."""
-  rest = wall[1:] or wall
-  return dict(first_step_s=wall[0], s_per_step=statistics.median(rest), steps=len(wall),
-              rollout_tokens_per_s=sum(rollout_tokens[1:] or rollout_tokens)
-              / sum(rollout_s[1:] or rollout_s))
-
-
 def run_ours(c, export: str, workdir: str) -> dict:
   c.rl.init_from = export
   cpu = time.process_time()
@@ -160,10 +139,8 @@ def run_ours(c, export: str, workdir: str) -> dict:
               versions={"jax": jax.__version__})
 
 
-def run_trl(python: str, spec: dict, workdir: str, core: int) -> dict:
-  spec_path, out = os.path.join(workdir, "trl_spec.json"), os.path.join(workdir, "trl_out.json")
-  with open(spec_path, "w") as f:
-    json.dump(spec, f)
+def run_trl(python: str, spec_path: str, workdir: str, core: int) -> dict:
+  out = os.path.join(workdir, "trl_out.json")
   proc = subprocess.run(["taskset", "-c", str(core), python, os.path.join(HERE, "trl_side.py"),
                          f"--spec={spec_path}", f"--out={out}"], check=False,
                         env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"))
@@ -182,18 +159,6 @@ def run_trl(python: str, spec: dict, workdir: str, core: int) -> dict:
               logit_max_diff=r["logit_max_diff"])
 
 
-def table(rows: list[dict]) -> str:
-  ours = next(r for r in rows if r["system"].startswith("rl_post"))
-  head = (f"{'system':<18}{'first step s':>13}{'s/step':>9}{'x ours':>8}{'rollout tok/s':>15}"
-          f"{'held-out pass':>15}{'reward (last)':>15}")
-  lines = [head, "-" * len(head)]
-  for r in rows:
-    lines.append(f"{r['system']:<18}{r['first_step_s']:>13.2f}{r['s_per_step']:>9.3f}"
-                 f"{r['s_per_step'] / ours['s_per_step']:>8.2f}{r['rollout_tokens_per_s']:>15.0f}"
-                 f"{100 * r['heldout_pass_rate']:>14.1f}%{r['reward_mean'][-1]:>15.3f}")
-  return "\n".join(lines)
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--smoke", action="store_true", help="tiny model and sizes (tests)")
@@ -205,7 +170,7 @@ def main(argv=None):
   parser.add_argument("--heldout", type=int, default=256)
   parser.add_argument("--sft_steps", type=int, default=300, help="0: start from a fresh init")
   parser.add_argument("--baselines", default="trl", choices=("trl", "none"))
-  parser.add_argument("--trl_python", default=os.path.join(DEFAULT_ENVS, "trl", "bin", "python"))
+  parser.add_argument("--trl_python", default=env_python("trl"))
   parser.add_argument("--core", type=int, default=None, help="CPU to pin to (default: last)")
   parser.add_argument("--workdir", default="/tmp/rl_post/vs_trl")
   parser.add_argument("--out", default=RESULTS)
@@ -220,12 +185,15 @@ def main(argv=None):
   c = bench_config(args, workdir)
   export, tokenizer = initial_export(c, workdir, args.sft_steps, args.smoke)
   spec = trl_spec(c, export, tokenizer, workdir)
+  spec_path = os.path.join(workdir, "trl_spec.json")
+  with open(spec_path, "w") as f:
+    json.dump(spec, f)
   rows = [run_ours(c, export, workdir)]
   if python:
-    rows.append(run_trl(python, spec, workdir, core))
+    rows.append(run_trl(python, spec_path, workdir, core))
   print(f"\ncore {core}; load avg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
         f"{spec['hparams']}")
-  print(table(rows))
+  print(comparison_table(rows, "rl_post (JAX)"))
   result = dict(core=core, load_avg_before=load_before, load_avg_after=os.getloadavg(),
                 smoke=args.smoke, sft_steps=args.sft_steps, hparams=spec["hparams"],
                 model=model_config_from(c, tokenizer).to_dict(), rows=rows,
