@@ -41,7 +41,7 @@ def test_missing_baseline_env_names_the_setup_script(tmp_path):
   assert step_baselines.interpreters(["ours"], {}) == {"ours": sys.executable}
   with pytest.raises(ValueError, match="unknown systems \\['vllm'\\]"):
     step_baselines.parse_systems("ours,vllm")
-  proc = subprocess.run([sys.executable, os.path.join(BENCH, "grpo_step.py"), "--smoke",
+  proc = subprocess.run([sys.executable, os.path.join(BENCH, "grpo_step.py"), "--whole_step_only",
                          "--whole_step=ours,trl", f"--trl_python={missing}",
                          f"--out={tmp_path / 'o.json'}"], capture_output=True, text=True,
                         check=False, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
