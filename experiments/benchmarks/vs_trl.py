@@ -162,25 +162,26 @@ def run_trl(python: str, spec_path: str, workdir: str, core: int) -> dict:
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--smoke", action="store_true", help="tiny model and sizes (tests)")
-  parser.add_argument("--steps", type=int, default=20)
+  parser.add_argument("--steps", type=int, default=30)
   parser.add_argument("--prompts", type=int, default=8, help="B, prompts per step")
   parser.add_argument("--group", type=int, default=4, help="G, generations per prompt")
   parser.add_argument("--response", type=int, default=32, help="max new tokens")
   parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (both sides)")
   parser.add_argument("--heldout", type=int, default=256)
-  parser.add_argument("--sft_steps", type=int, default=300, help="0: start from a fresh init")
+  parser.add_argument("--sft_steps", type=int, default=120, help="0: start from a fresh init")
   parser.add_argument("--baselines", default="trl", choices=("trl", "none"))
   parser.add_argument("--trl_python", default=env_python("trl"))
   parser.add_argument("--core", type=int, default=None, help="CPU to pin to (default: last)")
-  parser.add_argument("--workdir", default="/tmp/rl_post/vs_trl")
+  parser.add_argument("--workdir", default="/tmp/rl_post/vs_trl", help="must be new or empty")
   parser.add_argument("--out", default=RESULTS)
   args = parser.parse_args(argv)
   python = baseline_python(args.trl_python, "trl") if args.baselines == "trl" else None
   core = max(os.sched_getaffinity(0)) if args.core is None else args.core
   os.sched_setaffinity(0, {core})
   workdir = os.path.abspath(args.workdir)
-  if os.path.exists(os.path.join(workdir, "ours")):
-    raise ValueError(f"{workdir} holds an earlier run: pass a fresh --workdir")
+  if os.path.exists(workdir) and os.listdir(workdir):
+    raise ValueError(f"{workdir} holds an earlier run (its SFT and RL would resume): "
+                     "remove it or pass a fresh --workdir")
   load_before = os.getloadavg()
   c = bench_config(args, workdir)
   export, tokenizer = initial_export(c, workdir, args.sft_steps, args.smoke)
