@@ -72,8 +72,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
     row["wall_s"] = time.monotonic() - seed_start
     rows.append(row)
     elapsed = time.monotonic() - start
-    logging.info("seed %d done (%d/%d) in %.0f s; greedy %.1f%% -> %.1f%%; ETA %.0f s", seed,
-                 i + 1, len(seeds), row["wall_s"], 100 * row["before"], 100 * row["after"],
+    logging.info("seed %d done (%d/%d) in %.0f s; greedy %.1f%% -> %.1f%% (control %.1f%%); "
+                 "ETA %.0f s", seed, i + 1, len(seeds), row["wall_s"], 100 * row["before"],
+                 100 * row["after"], 100 * row.get("control", float("nan")),
                  elapsed / (i + 1) * (len(seeds) - i - 1))
   out = {"command": command, "machine": machine_info(), "rows": rows,
          "aggregate": seeds_lib.aggregate(rows)}

@@ -1,8 +1,9 @@
 """Demo over seeds: the spread statistics by hand, and reproducibility of a seed.
 
 The end-to-end test runs the tiny demo for seeds 0 and 1, then seed 0 again
-in another folder: seed 0's rows and every logged training number (SFT and
-RL metrics, apart from timings) must match exactly, and seed 1's must not.
+in another folder: seed 0's rows (the SFT control arm's included) and every
+logged training number (SFT, RL and control metrics, apart from timings)
+must match exactly, and seed 1's must not.
 """
 
 import json
@@ -79,7 +80,7 @@ _TIMING_PREFIXES = ("time/", "throughput/", "progress/")
 def _training_numbers(run_dir):
   """Every logged SFT and RL metric except wall-clock timings."""
   out = {}
-  for stage in ("sft", "rl"):
+  for stage in ("sft", "rl", "control"):
     out[stage] = [{k: v for k, v in r.items() if not k.startswith(_TIMING_PREFIXES)}
                   for r in read_metrics(run_dir / stage)]
   return out
@@ -113,10 +114,15 @@ def test_tiny_demo_over_seeds_is_reproducible(tmp_path):
   assert first["aggregate"]["after"]["n"] == 2 and first["machine"]["cpu_count"] >= 1
   assert "--seeds=0,1" in first["command"]
   assert "| 1 |" in open(tmp_path / "a" / "seeds.md").read()
-  strip = lambda row: {k: v for k, v in row.items() if k != "wall_s"}
+  strip = lambda row: {k: v for k, v in row.items() if not k.endswith("wall_s")}
   assert strip(again["rows"][0]) == strip(first["rows"][0])
+  row = first["rows"][0]
+  assert {"control", "macro_after", "macro_control", "unseen_after_vs_control",
+          "cells"} <= set(row)
+  assert {"macro_diff", "unseen_after_vs_control", "cells"} <= set(first["aggregate"])
+  assert "SFT start vs RL vs SFT control" in open(tmp_path / "a" / "seeds.md").read()
   seed0 = _training_numbers(tmp_path / "a" / "seed_0")
-  assert len(seed0["rl"]) == 2 and seed0["sft"]
+  assert len(seed0["rl"]) == 2 and seed0["sft"] and seed0["control"]
   assert _training_numbers(tmp_path / "b" / "seed_0") == seed0
   assert _training_numbers(tmp_path / "a" / "seed_1") != seed0
   for name in ("summary.json", "pass_rate.png", "curves.png", "difficulty.png"):
