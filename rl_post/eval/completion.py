@@ -32,8 +32,10 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
   Returns:
     dict with "correct" [n] bool (first sample), "num_correct" [n] int
     (over samples), "num_samples", "difficulty" [n], "domain" [n],
-    "format_ok" [n], "response_len" [n], "completion_rate" and
-    "errors" {kind: count over all samples}.
+    "format_ok" [n], "response_len" [n], "reward" [n] and "components"
+    {name: [n]} (the first sample's reward and its named components, 0
+    where a verdict lacks one), "completion_rate" and "errors" {kind: count
+    over all samples}.
   """
   tasks = list(tasks)
   if not tasks:
@@ -48,6 +50,8 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
   first_correct = np.zeros(n, bool)
   format_ok = np.zeros(n, bool)
   response_len = np.zeros(n, np.int64)
+  reward = np.zeros(n, np.float32)
+  components: dict[str, np.ndarray] = {}
   errors = dict.fromkeys(ERROR_KINDS, 0)
   for sample in range(num_samples):
     for start in range(0, n, batch_size):
@@ -74,11 +78,15 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
         first_correct[idx] = ok
         format_ok[idx] = [v.format_ok for v in scored.verdicts]
         response_len[idx] = rollout.response_lens_B[:len(chunk)]
+        reward[idx] = scored.rewards_N
+        for name, values in scored.components.items():
+          components.setdefault(name, np.zeros(n, np.float32))[idx] = values
   return {
       "correct": first_correct, "num_correct": num_correct, "num_samples": num_samples,
       "difficulty": np.array([t.difficulty for t in tasks]),
       "domain": [t.domain for t in tasks], "format_ok": format_ok,
-      "response_len": response_len, "completion_rate": float(first_correct.mean()),
+      "response_len": response_len, "reward": reward, "components": components,
+      "completion_rate": float(first_correct.mean()),
       "errors": errors,
   }
 
