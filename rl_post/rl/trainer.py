@@ -26,6 +26,7 @@ from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data import batching, domain_stats, eval_sets
 from rl_post.data.mixture import TaskConfig
+from rl_post.envs import trainer_rounds
 from rl_post.errors import MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics import progress as progress_lib
@@ -98,7 +99,7 @@ class _Components:
   """Everything the loop needs, built once from the config."""
 
   def __init__(self, config, workdir):
-    self.ctx = ctx = setup_run(config, workdir)
+    self.ctx = ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
     self.rl = rl = rl_config.load(config.get("rl"))
     # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
     self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
@@ -120,6 +121,8 @@ class _Components:
     self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature,
                                    **buckets)
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
+    # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
+    self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
     self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
@@ -182,6 +185,8 @@ def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> di
 def _launch_round(c: _Components, params, ref_params, pool, timer, it: int, rnd: int) -> dict:
   """Generates one round of B prompts x G generations and starts scoring it
   (round 0: the step's batch); reference log-probs are dispatched, not awaited."""
+  if c.episodes is not None:
+    return c.episodes.launch(c, params, ref_params, timer, it, rnd)
   rl, tok, ctx = c.rl, c.ctx.tokenizer, c.ctx
   key = jax.random.fold_in(ctx.key("rollout"), it)
   with timer("rollout"):
@@ -222,6 +227,8 @@ def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd:
 
 def _update_mixture(c: _Components, scored: dict) -> dict:
   """Feeds every scored round to the curriculum; returns per-domain/difficulty stats."""
+  if c.episodes is not None:  # episode tasks are not the mixture's
+    return c.episodes.step_metrics(scored)
   rewards = scored["rewards"]
   c.mixture.update(scored["tasks_N"], domain_stats.passed(rewards.verdicts))
   metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts, rewards.rewards_N,
@@ -384,5 +391,7 @@ def train(config, workdir: str) -> dict:
     checkpoints.close()
     writer.close()
     pool.close()
+    if c.episodes is not None:
+      c.episodes.close()
   return {"state": state, "metrics": last_metrics, "context": ctx,
           "preempted": it < rl.num_steps}
