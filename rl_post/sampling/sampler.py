@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl_post.parallel import process_data
 from rl_post.sampling import engine
 from rl_post.sampling.controls import SamplingConfig, bucket
 
@@ -71,8 +72,8 @@ def row_seeds(rng, batch: int):
 
 
 def pad_prompts(prompts_BxP, prompt_lens_B, config: SamplingConfig, pad_id: int):
-  prompts_BxP = np.asarray(jax.device_get(prompts_BxP))
-  lens = np.asarray(jax.device_get(prompt_lens_B))
+  # (multi-host: each process built its rows; the ids are gathered to bucket and check them)
+  prompts_BxP, lens = (np.asarray(x) for x in process_data.fetch((prompts_BxP, prompt_lens_B)))
   if prompts_BxP.ndim != 2 or lens.shape != prompts_BxP.shape[:1]:
     raise ValueError(f"prompts must be [B, P] with prompt_lens [B]; got {prompts_BxP.shape} "
                      f"and {lens.shape}")
