@@ -42,6 +42,9 @@ from rl_post.rl.train_step import make_rl_train_step  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 from rl_post.training.step import make_train_step  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import update_speed  # noqa: E402
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "grpo_step.json")
 
 
@@ -197,11 +200,23 @@ def table(rows) -> str:
   return "\n".join(lines)
 
 
+def run_update_speed(args) -> list[dict]:
+  """CPU seconds of the update on one pinned core, this tree vs `--before-ref` (full runs)."""
+  if args.smoke:  # update_speed.py has its own smoke test
+    return []
+  speed = update_speed.compare(args.before_ref, repeats=max(args.repeats, 5))
+  print("update speed, one pinned core, CPU seconds (experiments/benchmarks/update_speed.py):")
+  print(update_speed.table(speed))
+  return speed
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--smoke", action="store_true", help="tiny sizes, no SmolLM2")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--out", default=RESULTS)
+  parser.add_argument("--before-ref", default=update_speed.BEFORE_REF,
+                      help="git ref the update-speed rows compare this tree with")
   args = parser.parse_args(argv)
   small = small_workload(args.smoke)
   tokens = small.rl.minibatch_size * (small.rl.max_prompt_len + small.rl.max_new_tokens)
@@ -213,9 +228,10 @@ def main(argv=None):
   print(f"matmul peak (best of the model's shapes, f32): {peak:.1f} GFLOP/s")
   print(table(rows))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  speed = run_update_speed(args)
   with open(args.out, "w") as fh:
-    json.dump({"matmul_peak_gflops": peak, "devices": str(jax.devices()), "rows": rows}, fh,
-              indent=1)
+    json.dump({"matmul_peak_gflops": peak, "devices": str(jax.devices()), "rows": rows,
+               "update_speed": speed, "loadavg": os.getloadavg()}, fh, indent=1)
   return rows
 
 
