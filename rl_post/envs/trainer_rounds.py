@@ -156,7 +156,7 @@ def episode_rewards(verifier_B, calls_B, successes_B, weight: float) -> np.ndarr
           + weight * np.where(calls > 0, ok / np.maximum(calls, 1), 0.0)).astype(np.float32)
 
 
-def reward_batch(tasks_N, verifier_N, calls_N, successes_N, weight: float) -> RewardBatch:
+def reward_batch(verifier_N, calls_N, successes_N, weight: float) -> RewardBatch:
   """The trainer's RewardBatch of N episodes.
 
   Components: "outcome" (the verifier), "call_success" (fraction of
@@ -242,7 +242,7 @@ class EpisodeRounds:
                             sandbox=self.sandbox, rng=key, config=self.config.episode,
                             metrics=self._metrics, **self.encoders)
     with timer("reward"):
-      rewards = reward_batch(tasks_N, result.rewards_B, result.calls_B,
+      rewards = reward_batch(result.rewards_B, result.calls_B,
                              [env.call_successes for env in envs],
                              self.config.call_success_weight)
       tokens = c.shard(np.asarray(result.rollout.tokens_BxT))

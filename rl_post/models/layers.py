@@ -184,6 +184,8 @@ class Attention(nnx.Module):
     else:
       out = attention_kernels.flash_attention(
           q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)
+    # (heads, head_dim) flattened on both sides: one plain 2-D matmul, so XLA
+    # never transposes o_proj (it did, on every decode step).
     b, t, h, d = out.shape
     o_proj_HDxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
     out = (out.astype(self.dtype).reshape(b * t, h * d) @ o_proj_HDxE).reshape(b, t, -1)
