@@ -1,6 +1,7 @@
 r"""The demo over several seeds: per-seed rows, mean, spread and 95% interval.
 
   python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds
+  python experiments/demo_seeds.py --seeds=0,1,2 --jobs=3   # the seeds side by side
   python experiments/demo_seeds.py --config=configs/demo.py:tiny --seeds=0,1 \
       --workdir=/tmp/demo_seeds_tiny
 
@@ -23,12 +24,15 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl_post_seeds", "Root run directory.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Comma-separated seeds.")
+_JOBS = flags.DEFINE_integer("jobs", 1, "Seeds run at once, each in its own process (the "
+                             "numbers of a seed do not depend on it; wall-clock figures do).")
 
 
 def main(argv):
   del argv
   command = " ".join(shlex.quote(a) for a in ["python", *sys.argv])
-  result = seed_runs.run(_CONFIG.value, _WORKDIR.value, _SEEDS.value, command=command)
+  result = seed_runs.run(_CONFIG.value, _WORKDIR.value, _SEEDS.value, command=command,
+                         jobs=_JOBS.value)
   with open(result["paths"]["md"]) as f:
     print(f.read())
 

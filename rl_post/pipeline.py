@@ -1,13 +1,19 @@
 """The whole post-training pipeline in one call (what the demo runs).
 
 tokenizer -> SFT base model -> held-out eval -> GRPO -> held-out eval ->
-report (completion rate before/after with a paired confidence interval,
-reward curve). Each stage writes its own workdir under the root, so any
-stage can be rerun or inspected on its own, and a rerun resumes.
+SFT control (more SFT from the same start, `control.num_steps` steps) ->
+held-out eval -> report (completion rate before/after with a paired
+confidence interval, reward curve, and the per-domain/per-level tables of
+SFT start vs RL vs control from `rl_post.eval.demo_tables`). Each stage
+writes its own workdir under the root, so any stage can be rerun or
+inspected on its own, and a rerun resumes.
 """
 
 import functools
+import json
 import os
+import shutil
+import time
 
 import jax
 import ml_collections
@@ -17,6 +23,7 @@ from rl_post.checkpoint.params import load_params, save_params
 from rl_post.config_sections import from_section
 from rl_post.data import build_tokenizer
 from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.eval import demo_tables
 from rl_post.eval.completion import evaluate
 from rl_post.eval.report import write_report
 from rl_post.metrics.writers import read_metrics
@@ -38,7 +45,10 @@ def _stage_config(config, optimizer_key: str) -> ml_collections.ConfigDict:
 
 
 def _heldout_eval(config, export_dir, tokenizer, mixture, rl: RLConfig, tag: str) -> dict:
-  """Greedy and sampled completion on the held-out set for exported params."""
+  """Greedy and sampled completion on the held-out set for exported params.
+
+  The same rng for every arm: arm differences are the params' alone.
+  """
   model_config = model_config_from(config, tokenizer)
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   rules = tuple(tuple(r) for r in config.sharding_rules)
@@ -47,13 +57,54 @@ def _heldout_eval(config, export_dir, tokenizer, mixture, rl: RLConfig, tag: str
   for mode, sampling in (("greedy", SamplingConfig(rl.max_new_tokens, greedy=True)),
                          ("sampled", SamplingConfig(rl.max_new_tokens, rl.temperature))):
     results[mode] = evaluate(model_config, params, tokenizer, mixture.heldout, sampling=sampling,
-                             max_prompt_len=rl.max_prompt_len, batch_size=rl.rollouts_per_step,
+                             max_prompt_len=rl.max_prompt_len,
+                             batch_size=int(config.get("eval", {}).get("batch_size", 0)
+                                            or rl.rollouts_per_step),
                              rng=jax.random.key(int(config.seed) + 1),
                              shard=functools.partial(sharding.shard_batch, mesh=mesh, rules=rules),
                              domain_options=config.tasks.domain_options.to_dict())
     logging.info("%s held-out %s completion rate: %.3f", tag, mode,
                  results[mode]["completion_rate"])
   return results
+
+
+def _control_sft(config, sft_dir: str, control_dir: str) -> str:
+  """The control arm: SFT continued from the SFT stage's last checkpoint.
+
+  It keeps the optimizer state and draws the next demonstrations of the
+  same stream (never the held-out problems) for `control.num_steps` more
+  steps, with the cosine schedule stretched to the longer run. Returns the
+  export dir.
+  """
+  extra = int(config.control.num_steps)
+  if extra < 1:
+    raise ValueError(f"control.num_steps must be >= 1, got {extra}")
+  stage = _stage_config(config, "sft_optimizer")
+  total = int(config.sft.num_steps) + extra
+  stage.sft.num_steps = total
+  stage.optimizer.total_steps = total
+  if not os.path.exists(os.path.join(control_dir, "checkpoints")):
+    os.makedirs(control_dir, exist_ok=True)
+    shutil.copytree(os.path.join(sft_dir, "checkpoints"), os.path.join(control_dir, "checkpoints"))
+  sft_trainer.train(stage, control_dir)
+  return os.path.join(control_dir, sft_trainer.EXPORT_DIR)
+
+
+def _timed(fn, *args):
+  start = time.monotonic()
+  out = fn(*args)
+  return out, time.monotonic() - start
+
+
+def _write_demo_tables(paths: dict, tables: dict, wall_s: dict) -> None:
+  """Adds the demo tables to summary.json ("demo") and summary.md."""
+  with open(paths["summary_json"]) as f:
+    summary = json.load(f)
+  summary["demo"] = dict(tables, wall_s=wall_s)
+  with open(paths["summary_json"], "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=2)
+  with open(paths["summary_md"], "a", encoding="utf-8") as f:
+    f.write("\n" + demo_tables.render_markdown(tables, wall_s))
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -74,15 +125,25 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   rl = rl_config_lib.load(rl_config.rl)
   mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), int(config.seed))
   before = _heldout_eval(config, export_dir, tokenizer, mixture, rl, "before RL")
-  result = rl_trainer.train(rl_config, rl_dir)
+  result, rl_s = _timed(rl_trainer.train, rl_config, rl_dir)
   rl_export = os.path.join(rl_dir, "export")
   save_params(rl_export, result["context"].model_config, result["state"].params)
   after = _heldout_eval(config, rl_export, tokenizer, mixture, rl, "after RL")
+  control_export, control_s = _timed(_control_sft, config, sft_dir,
+                                     os.path.join(workdir, "control"))
+  control = _heldout_eval(config, control_export, tokenizer, mixture, rl, "SFT control")
 
-  evals = {"before": before["greedy"], "after": after["greedy"],
-           "before_sampled": before["sampled"], "after_sampled": after["sampled"]}
+  evals = {"before": before["greedy"], "after": after["greedy"], "control": control["greedy"],
+           "before_sampled": before["sampled"], "after_sampled": after["sampled"],
+           "control_sampled": control["sampled"]}
   per_problem = {name: {k: ev[k] for k in ("correct", "domain", "difficulty")}
                  for name, ev in evals.items()}
+  domains = ", ".join(config.tasks.domains)
   paths = write_report(os.path.join(workdir, "report"), metrics=read_metrics(rl_dir),
-                       evals=per_problem, title="rl_post demo: SFT base -> GRPO on arithmetic")
-  return {"evals": evals, "report": paths}
+                       evals=per_problem, title=f"rl_post demo: SFT -> GRPO on {domains}")
+  tables = demo_tables.demo_tables(per_problem, mixture.demo_levels)
+  wall_s = {"rl": rl_s, "control": control_s}
+  _write_demo_tables(paths, tables, wall_s)
+  logging.info("greedy completion averaged over domains: SFT %.3f, RL %.3f, control %.3f",
+               *(tables["macro"][arm]["rate"] for arm in demo_tables.ARMS))
+  return {"evals": evals, "report": paths, "tables": tables, "wall_s": wall_s}

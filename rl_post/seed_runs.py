@@ -7,7 +7,9 @@ before/after completion rates into workdir/seeds.json and seeds.md.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import platform
 import time
@@ -45,8 +47,18 @@ def machine_info() -> dict:
           "backend": jax.default_backend()}
 
 
+def _seed_summary(config_dict: dict, seed: int, seed_dir: str) -> tuple[dict, float]:
+  """One seed's pipeline; returns (its summary.json, wall seconds). Runs in a worker."""
+  seed_config = ml_collections.ConfigDict(config_dict)
+  seed_config.seed = seed
+  start = time.monotonic()
+  result = pipeline.run(seed_config, seed_dir)
+  with open(result["report"]["summary_json"]) as f:
+    return json.load(f), time.monotonic() - start
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *,
-        command: str = "") -> dict:
+        command: str = "", jobs: int = 1) -> dict:
   """Runs the demo once per seed; writes and returns {"rows", "aggregate", ...}.
 
   Args:
@@ -54,27 +66,43 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
     workdir: root folder; seed s runs in workdir/seed_<s>.
     seeds: distinct integers >= 0.
     command: the command line, recorded in the outputs.
+    jobs: seeds run at once, each in its own (spawned) process; 1 runs them
+      one after the other in this process. A seed's numbers do not depend
+      on it (only the wall-clock figures do).
 
   Returns:
     {"rows": [...], "aggregate": {...}, "machine": {...}, "command": ...,
      "paths": {"json": ..., "md": ...}}.
   """
   seeds = check_seeds(seeds)
+  if jobs < 1:
+    raise ConfigError("--jobs", jobs, "must be >= 1")
   os.makedirs(workdir, exist_ok=True)
   rows, start = [], time.monotonic()
-  for i, seed in enumerate(seeds):
-    seed_config = ml_collections.ConfigDict(config.to_dict())
-    seed_config.seed = seed
-    seed_start = time.monotonic()
-    result = pipeline.run(seed_config, os.path.join(workdir, f"seed_{seed}"))
-    with open(result["report"]["summary_json"]) as f:
-      row = seeds_lib.seed_row(seed, json.load(f))
-    row["wall_s"] = time.monotonic() - seed_start
+  config_dict = config.to_dict()
+  dirs = {seed: os.path.join(workdir, f"seed_{seed}") for seed in seeds}
+
+  def add_row(seed, summary, wall_s):
+    row = seeds_lib.seed_row(seed, summary)
+    row["wall_s"] = wall_s
     rows.append(row)
     elapsed = time.monotonic() - start
-    logging.info("seed %d done (%d/%d) in %.0f s; greedy %.1f%% -> %.1f%%; ETA %.0f s", seed,
-                 i + 1, len(seeds), row["wall_s"], 100 * row["before"], 100 * row["after"],
-                 elapsed / (i + 1) * (len(seeds) - i - 1))
+    logging.info("seed %d done (%d/%d) in %.0f s; greedy %.1f%% -> %.1f%% (control %.1f%%); "
+                 "ETA %.0f s", seed, len(rows), len(seeds), wall_s, 100 * row["before"],
+                 100 * row["after"], 100 * row.get("control", float("nan")),
+                 elapsed / len(rows) * (len(seeds) - len(rows)) / min(jobs, len(seeds)))
+
+  if jobs == 1:
+    for seed in seeds:
+      add_row(seed, *_seed_summary(config_dict, seed, dirs[seed]))
+  else:
+    spawn = multiprocessing.get_context("spawn")  # JAX does not survive fork
+    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=spawn) as pool:
+      futures = {pool.submit(_seed_summary, config_dict, seed, dirs[seed]): seed
+                 for seed in seeds}
+      for future in concurrent.futures.as_completed(futures):
+        add_row(futures[future], *future.result())
+    rows.sort(key=lambda r: seeds.index(r["seed"]))
   out = {"command": command, "machine": machine_info(), "rows": rows,
          "aggregate": seeds_lib.aggregate(rows)}
   paths = {"json": os.path.join(workdir, "seeds.json"), "md": os.path.join(workdir, "seeds.md")}

@@ -23,7 +23,10 @@ from rl_post.training.run import model_config_from, write_config
 def _results(domains, levels, greedy_correct, num_correct, n, lens=None):
   lens = np.asarray(lens if lens is not None else [4] * len(domains))
   common = {"domain": list(domains), "difficulty": np.asarray(levels), "response_len": lens}
-  greedy = {**common, "correct": np.asarray(greedy_correct), "num_samples": 1}
+  correct = np.asarray(greedy_correct, np.float32)
+  greedy = {**common, "correct": np.asarray(greedy_correct), "num_samples": 1,
+            "reward": correct + 0.1, "components": {"outcome": correct,
+                                                    "format": np.ones_like(correct)}}
   sampled = {**common, "num_correct": np.asarray(num_correct), "num_samples": n,
              "correct": np.asarray(num_correct) > 0}
   return greedy, sampled
@@ -39,6 +42,8 @@ def test_summarize_hand_computed():
   all_ = groups["all"]
   assert all_["n"] == 4 and all_["greedy"]["completion_rate"] == 0.5
   assert all_["greedy"]["mean_response_len"] == 5.0
+  assert all_["greedy"]["mean_reward"] == pytest.approx(0.6)
+  assert all_["greedy"]["reward_components"] == {"outcome": 0.5, "format": 1.0}
   assert all_["sampled"]["completion_rate"] == pytest.approx(7 / 16)
   # pass@2 per problem, n=4: c=4 -> 1; c=0 -> 0; c=1 -> 1 - C(3,2)/C(4,2) = 1/2;
   # c=2 -> 1 - C(2,2)/C(4,2) = 5/6.
@@ -46,8 +51,10 @@ def test_summarize_hand_computed():
   assert all_["sampled"]["pass_at_k"]["1"] == pytest.approx(7 / 16)
   assert groups["domain=b"]["sampled"]["pass_at_k"]["2"] == pytest.approx((0.5 + 5 / 6) / 2)
   assert groups["difficulty=2"]["greedy"]["completion_rate"] == 0.5
-  assert groups["a/difficulty=1"]["greedy"] == {"completion_rate": 1.0, "ci_low": pytest.approx(
-      0.2065, abs=1e-4), "ci_high": 1.0, "mean_response_len": 2.0}
+  assert groups["a/difficulty=1"]["greedy"] == {
+      "completion_rate": 1.0, "ci_low": pytest.approx(0.2065, abs=1e-4), "ci_high": 1.0,
+      "mean_response_len": 2.0, "mean_reward": pytest.approx(1.1),
+      "reward_components": {"outcome": 1.0, "format": 1.0}}
 
 
 def test_summarize_needs_the_same_tasks():
@@ -120,6 +127,9 @@ def test_evaluation_is_deterministic_and_writes_files(saved, tmp_path):
   assert all_["sampled"]["completion_rate"] == pytest.approx(
       np.sum(per_problem["sampled_num_correct"]) / (3 * 8))
   assert 1 <= all_["greedy"]["mean_response_len"] <= 8
+  assert {"outcome", "format"} <= set(all_["greedy"]["reward_components"])
+  assert all_["greedy"]["reward_components"]["outcome"] == pytest.approx(
+      all_["greedy"]["completion_rate"])
 
   paths = checkpoint_eval.write_outputs(str(tmp_path / "out"), first)
   with open(paths["json"]) as f:
@@ -128,6 +138,8 @@ def test_evaluation_is_deterministic_and_writes_files(saved, tmp_path):
     markdown = f.read()
   assert "| group | problems | greedy | greedy 95% CI | pass@1 | pass@3 |" in markdown
   assert "| difficulty=1 |" in markdown and "| arithmetic/difficulty=1 |" in markdown
+  header = next(line for line in markdown.splitlines() if line.startswith("| group | reward |"))
+  assert "| format |" in header and "| outcome |" in header
   assert set(first["verifier_errors"]) == {"greedy", "sampled"}
   assert "Verifier errors (sampled, scored 0): " in markdown
 

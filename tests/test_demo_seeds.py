@@ -1,8 +1,10 @@
 """Demo over seeds: the spread statistics by hand, and reproducibility of a seed.
 
-The end-to-end test runs the tiny demo for seeds 0 and 1, then seed 0 again
-in another folder: seed 0's rows and every logged training number (SFT and
-RL metrics, apart from timings) must match exactly, and seed 1's must not.
+The end-to-end test runs the tiny demo for seeds 0 and 1 (side by side,
+--jobs=2), then seed 0 again alone in another folder: seed 0's rows (the
+SFT control arm's included) and every logged training number (SFT, RL and
+control metrics, apart from timings) must match exactly, and seed 1's must
+not.
 """
 
 import json
@@ -73,19 +75,24 @@ def test_check_seeds_errors(bad, match):
   assert seed_runs.check_seeds(["2", " 0"]) == [2, 0]
 
 
+def test_jobs_must_be_positive(tmp_path):
+  with pytest.raises(ConfigError, match="--jobs"):
+    seed_runs.run(None, str(tmp_path), [0], jobs=0)
+
+
 _TIMING_PREFIXES = ("time/", "throughput/", "progress/")
 
 
 def _training_numbers(run_dir):
   """Every logged SFT and RL metric except wall-clock timings."""
   out = {}
-  for stage in ("sft", "rl"):
+  for stage in ("sft", "rl", "control"):
     out[stage] = [{k: v for k, v in r.items() if not k.startswith(_TIMING_PREFIXES)}
                   for r in read_metrics(run_dir / stage)]
   return out
 
 
-def _run_script(workdir, seeds, cache_dir):
+def _run_script(workdir, seeds, cache_dir, jobs=1):
   """experiments/demo_seeds.py on the tiny demo (2 RL steps) in a fresh process.
 
   The runs share a persistent XLA compilation cache: the same programs
@@ -98,7 +105,7 @@ def _run_script(workdir, seeds, cache_dir):
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
       [sys.executable, "experiments/demo_seeds.py", "--config=configs/demo.py:tiny",
-       "--config.rl.num_steps=2", f"--seeds={seeds}", f"--workdir={workdir}"],
+       "--config.rl.num_steps=2", f"--seeds={seeds}", f"--workdir={workdir}", f"--jobs={jobs}"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "| field | value |" in proc.stdout
@@ -106,17 +113,23 @@ def _run_script(workdir, seeds, cache_dir):
 
 
 def test_tiny_demo_over_seeds_is_reproducible(tmp_path):
-  first = _run_script(tmp_path / "a", "0,1", tmp_path / "xla_cache")
+  # Seeds 0 and 1 side by side in two processes, then seed 0 alone in this one's child.
+  first = _run_script(tmp_path / "a", "0,1", tmp_path / "xla_cache", jobs=2)
   again = _run_script(tmp_path / "b", "0", tmp_path / "xla_cache")
 
   assert [r["seed"] for r in first["rows"]] == [0, 1]
   assert first["aggregate"]["after"]["n"] == 2 and first["machine"]["cpu_count"] >= 1
   assert "--seeds=0,1" in first["command"]
   assert "| 1 |" in open(tmp_path / "a" / "seeds.md").read()
-  strip = lambda row: {k: v for k, v in row.items() if k != "wall_s"}
+  strip = lambda row: {k: v for k, v in row.items() if not k.endswith("wall_s")}
   assert strip(again["rows"][0]) == strip(first["rows"][0])
+  row = first["rows"][0]
+  assert {"control", "macro_after", "macro_control", "unseen_after_vs_control",
+          "cells"} <= set(row)
+  assert {"macro_diff", "unseen_after_vs_control", "cells"} <= set(first["aggregate"])
+  assert "SFT start vs RL vs SFT control" in open(tmp_path / "a" / "seeds.md").read()
   seed0 = _training_numbers(tmp_path / "a" / "seed_0")
-  assert len(seed0["rl"]) == 2 and seed0["sft"]
+  assert len(seed0["rl"]) == 2 and seed0["sft"] and seed0["control"]
   assert _training_numbers(tmp_path / "b" / "seed_0") == seed0
   assert _training_numbers(tmp_path / "a" / "seed_1") != seed0
   for name in ("summary.json", "pass_rate.png", "curves.png", "difficulty.png"):

@@ -116,3 +116,37 @@ def test_bad_configs_name_the_field(fields, match):
 def test_difficulty_not_a_level_of_a_domain_is_an_error():
   with pytest.raises(ValueError, match=r"difficulties \[6\] are not levels"):
     _mixture(domains=(A,), weights=(1,), difficulties=(5, 6))
+
+
+def test_per_domain_levels_and_demonstration_levels():
+  mixture = _mixture(domains=(A, B), weights=(1, 1), difficulties=(1, 2),
+                     domain_difficulties={B: (3, 4, 5)}, demo_difficulties={A: (1,), B: (3, 4)},
+                     heldout_size=64)
+  assert mixture.levels == {A: (1, 2), B: (3, 4, 5)}
+  assert mixture.demo_levels == {A: (1,), B: (3, 4)}
+  seen = lambda tasks: {(t.domain, t.difficulty) for t in tasks}
+  # SFT demonstrations come from the demonstrated levels only; RL and held-out span them all.
+  assert seen(mixture.sample(0, 256, stream="sft")) == {(A, 1), (B, 3), (B, 4)}
+  every = {(A, 1), (A, 2), (B, 3), (B, 4), (B, 5)}
+  assert seen(mixture.sample(0, 256)) == every and seen(mixture.heldout) == every
+  heldout = {t.task_id for t in mixture.heldout}
+  assert not heldout & {t.task_id for t in mixture.sample(1, 256, stream="sft")}
+  # Unlisted domains have demonstrations at every level.
+  assert _mixture(domains=(A, B), weights=(1, 1), difficulties=(1, 2),
+                  demo_difficulties={A: (2,)}).demo_levels == {A: (2,), B: (1, 2)}
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(demo_difficulties={"nope": (1,)}), "tasks.demo_difficulties must name configured"),
+    (dict(domain_difficulties={A: ()}), "tasks.domain_difficulties must give each"),
+])
+def test_bad_level_maps_name_the_field(fields, match):
+  with pytest.raises(ValueError, match=match):
+    from_section(TaskConfig, dict(domains=(A,), weights=(1,), **fields), "tasks")
+
+
+def test_demonstration_level_outside_the_domain_levels_is_an_error():
+  with pytest.raises(ValueError, match=r"demo_difficulties\['.*LevelsA'\] has \[3\]"):
+    _mixture(domains=(A,), weights=(1,), difficulties=(1, 2), demo_difficulties={A: (3,)})
+  with pytest.raises(ValueError, match=r"difficulties \[7\] are not levels"):
+    _mixture(domains=(A,), weights=(1,), domain_difficulties={A: (7,)})

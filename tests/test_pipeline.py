@@ -10,14 +10,34 @@ from rl_post import pipeline
 def test_tiny_pipeline_writes_report_and_resumable_stages(tmp_path):
   result = pipeline.run(demo.get_config("tiny"), str(tmp_path))
   report = tmp_path / "report"
-  for name in ("summary.md", "summary.json", "reward.png"):
+  for name in ("summary.md", "summary.json", "reward.png", "pass_rate.png"):
     assert (report / name).stat().st_size > 0, name
   summary = json.load(open(report / "summary.json"))
-  assert set(summary["evals"]) == {"before", "after", "before_sampled", "after_sampled"}
-  assert summary["before_vs_after"]["n"] == 16
-  for stage in ("sft", "rl"):
+  assert set(summary["evals"]) == {"before", "after", "control", "before_sampled",
+                                   "after_sampled", "control_sampled"}
+  n = demo.get_config("tiny").tasks.heldout_size
+  assert summary["before_vs_after"]["n"] == n
+  tables = summary["demo"]
+  # Every configured (domain, level) is in the held-out table, marked by its demonstrations.
+  cells = {(c["domain"], c["level"]): c["demonstrations"] for c in tables["cells"]}
+  for domain, levels in demo.LEVELS.items():
+    for level in levels:
+      if (domain, level) in cells:
+        assert cells[(domain, level)] == (level in demo.DEMO_LEVELS[domain]), (domain, level)
+  assert sum(c["n"] for c in tables["cells"]) == n
+  assert tables["unseen"]["n"] + tables["seen"]["n"] == n
+  assert set(tables["macro"]) == {"before", "after", "control"}
+  assert tables["wall_s"]["rl"] > 0 and tables["wall_s"]["control"] > 0
+  assert "SFT start vs RL vs SFT control" in open(report / "summary.md").read()
+  for stage in ("sft", "rl", "control"):
     for name in ("config.json", "metrics.jsonl", "checkpoints"):
       assert os.path.exists(tmp_path / stage / name), (stage, name)
-  assert os.path.exists(tmp_path / "tokenizer" / "arithmetic.model")
+  # The control arm continues SFT: its metrics start after the SFT stage's last step.
+  config = demo.get_config("tiny")
+  with open(tmp_path / "control" / "metrics.jsonl") as f:
+    steps = [json.loads(line)["step"] for line in f]
+  assert steps == list(range(config.sft.num_steps + 1,
+                             config.sft.num_steps + config.control.num_steps + 1))
+  assert os.path.exists(tmp_path / "tokenizer" / "demo.model")
   before = result["evals"]["before"]
-  assert before["correct"].shape == (16,) and len(before["domain"]) == 16
+  assert before["correct"].shape == (n,) and len(before["domain"]) == n

@@ -3,7 +3,10 @@
 Keys (all floats, for the metric writers):
   domain/<d>/count, domain/<d>/pass_rate, domain/<d>/reward,
   domain/<d>/<component>            mean of each reward component,
-  domain/<d>/errors                 completions whose verification failed,
+  domain/<d>/errors                 completions whose verification failed (the
+                                    reward path's error kinds: timeout, crash,
+                                    verifier_error, invalid_verdict; a wrong or
+                                    unparseable answer is not an error),
   domain/<d>/difficulty/<k>/count, domain/<d>/difficulty/<k>/pass_rate.
 """
 
@@ -20,16 +23,18 @@ def passed(verdicts: Sequence[Verdict]) -> np.ndarray:
 
 
 def domain_metrics(tasks_N: Sequence[Task], verdicts_N: Sequence[Verdict], rewards_N,
-                   components: Mapping[str, np.ndarray]) -> dict[str, float]:
-  """Statistics per domain and per (domain, difficulty) of N scored completions."""
+                   components: Mapping[str, np.ndarray],
+                   error_kinds_N: Sequence[str | None]) -> dict[str, float]:
+  """Statistics per domain and per (domain, difficulty) of N scored completions
+  (`error_kinds_N`: RewardBatch.error_kinds, None where verification ran)."""
   n = len(tasks_N)
-  if len(verdicts_N) != n or np.shape(rewards_N) != (n,) or any(
+  if len(verdicts_N) != n or len(error_kinds_N) != n or np.shape(rewards_N) != (n,) or any(
       np.shape(v) != (n,) for v in components.values()):
     raise ValueError(f"domain_metrics needs N={n} verdicts, rewards and component values, got "
-                     f"{len(verdicts_N)}, {np.shape(rewards_N)}, "
+                     f"{len(verdicts_N)}, {len(error_kinds_N)} error kinds, {np.shape(rewards_N)}, "
                      f"{ {k: np.shape(v) for k, v in components.items()} }")
   ok_N = passed(verdicts_N)
-  errors_N = np.array([v.error is not None for v in verdicts_N], bool)
+  errors_N = np.array([kind is not None for kind in error_kinds_N], bool)
   rewards_N = np.asarray(rewards_N, np.float64)
   domain_N = np.array([t.domain for t in tasks_N], object)
   level_N = np.array([t.difficulty for t in tasks_N])

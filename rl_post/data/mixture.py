@@ -36,6 +36,12 @@ class TaskConfig:
       every domain, or one per domain; their sum must be <= 1.
     difficulties: difficulty levels to use, each a level of every domain;
       () = each domain's own `difficulty_levels`.
+    domain_difficulties: {domain: levels} overriding `difficulties` for
+      that domain (training and held-out draws).
+    demo_difficulties: {domain: levels} with demonstrations: the "sft"
+      stream draws only these levels of that domain (a subset of its
+      levels); the others are left to RL, which learns them from the
+      verifier alone. Domains not listed have demonstrations at every level.
     difficulty_ratios: target ratios of difficulty bins, easiest first; the
       active levels are split evenly into len(ratios) bins. () = uniform.
     curriculum: the `CurriculumConfig` fields (a dict in the config).
@@ -52,6 +58,8 @@ class TaskConfig:
   floors: tuple[float, ...] = ()
   difficulties: tuple[int, ...] = ()
   difficulty_ratios: tuple[float, ...] = ()
+  domain_difficulties: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+  demo_difficulties: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
   curriculum: Mapping | CurriculumConfig = dataclasses.field(default_factory=dict)
   domain_options: Mapping[str, Mapping] = dataclasses.field(default_factory=dict)
   heldout_size: int = 256
@@ -81,6 +89,14 @@ class TaskConfig:
           self.eval_sets)
     check(not self.eval_sets or bool(self.eval_data_dir), "eval_data_dir",
           "must be set when eval_sets is not empty", self.eval_data_dir)
+    for field in ("domain_difficulties", "demo_difficulties"):
+      levels = getattr(self, field)
+      unknown = [d for d in levels if d not in self.domains]
+      check(not unknown, field, f"must name configured domains; not configured: {unknown}",
+            dict(levels))
+      check(all(len(v) > 0 for v in levels.values()), field,
+            "must give each listed domain at least one level", dict(levels))
+      object.__setattr__(self, field, {d: tuple(int(x) for x in v) for d, v in levels.items()})
     object.__setattr__(self, "curriculum", from_section(
         CurriculumConfig, self.curriculum if isinstance(self.curriculum, Mapping)
         else dataclasses.asdict(self.curriculum), "curriculum"))
@@ -172,6 +188,9 @@ class TaskMixture:
     self._domain_cdf = np.cumsum(self._shares)
     self._static = {d: (lv, np.cumsum(level_probs(len(lv), config.difficulty_ratios)))
                     for d, lv in self.levels.items()}
+    self.demo_levels = self._demo_levels()
+    self._demo = {d: (lv, np.cumsum(level_probs(len(lv), config.difficulty_ratios)))
+                  for d, lv in self.demo_levels.items()}
     self._active = {}
     self._refresh()
     if heldout is None:
@@ -181,7 +200,8 @@ class TaskMixture:
     self._heldout_ids = frozenset(t.task_id for t in self.heldout)
 
   def _levels_of(self, name: str, domain: Domain) -> tuple[int, ...]:
-    levels = tuple(self.config.difficulties) or tuple(domain.difficulty_levels)
+    levels = (self.config.domain_difficulties.get(name) or tuple(self.config.difficulties)
+              or tuple(domain.difficulty_levels))
     bad = [d for d in levels if d not in domain.difficulty_levels]
     if bad:
       raise ValueError(f"difficulties {bad} are not levels of domain {name!r} "
@@ -189,6 +209,18 @@ class TaskMixture:
     if not levels:
       raise ValueError(f"domain {name!r} has no difficulty levels")
     return levels
+
+  def _demo_levels(self) -> dict[str, tuple[int, ...]]:
+    """{domain: levels the "sft" stream draws}: demo_difficulties or all levels."""
+    out = {}
+    for name, levels in self.levels.items():
+      demo = self.config.demo_difficulties.get(name, levels)
+      bad = [d for d in demo if d not in levels]
+      if bad:
+        raise ValueError(f"demo_difficulties[{name!r}] has {bad}, which are not among the "
+                         f"domain's configured levels {levels}")
+      out[name] = tuple(demo)
+    return out
 
   def _refresh(self, names=None):
     """Recomputes the level distribution of (moved) domains."""
@@ -246,7 +278,7 @@ class TaskMixture:
     if stream not in _STREAMS or stream == "heldout":
       raise ValueError(f"stream must be 'train' or 'sft', got {stream!r}")
     key = (step,) if round == 0 else (step, round)
-    dists = self._active if stream == "train" else self._static
+    dists = self._active if stream == "train" else self._demo
     return self._draw(_STREAMS[stream], key, n, exclude=self._heldout_ids, dists=dists)
 
   def update(self, tasks: Sequence[Task], passed: Sequence[bool]) -> list[str]:

@@ -220,7 +220,10 @@ def _group_summary(greedy: dict, sampled: dict, sel_N: np.ndarray, ks) -> dict:
   return {
       "n": n_problems,
       "greedy": {"completion_rate": float(greedy_N.mean()), "ci_low": low, "ci_high": high,
-                 "mean_response_len": float(np.mean(greedy["response_len"][sel_N]))},
+                 "mean_response_len": float(np.mean(greedy["response_len"][sel_N])),
+                 "mean_reward": float(np.mean(np.asarray(greedy["reward"])[sel_N])),
+                 "reward_components": {name: float(np.mean(np.asarray(values)[sel_N]))
+                                       for name, values in greedy["components"].items()}},
       "sampled": {
           "num_samples": n,
           "completion_rate": float(num_correct_N.sum() / (n * n_problems)),
@@ -240,7 +243,8 @@ def summarize(greedy: dict, sampled: dict, ks) -> dict:
     ks: the k of each pass@k.
 
   Returns:
-    {group: {"n", "greedy": {completion_rate, ci_low, ci_high, mean_response_len},
+    {group: {"n", "greedy": {completion_rate, ci_low, ci_high, mean_response_len,
+                             mean_reward, reward_components {name: mean}},
              "sampled": {num_samples, completion_rate, pass_at_k {k: value},
                          mean_response_len}}}
     The sampled completion rate is the mean over all n samples (= pass@1).

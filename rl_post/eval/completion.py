@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from rl_post.data import batching
+from rl_post.parallel import process_data
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import ERROR_KINDS
 from rl_post.sampling.sampler import SamplingConfig, generate
@@ -32,8 +33,10 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
   Returns:
     dict with "correct" [n] bool (first sample), "num_correct" [n] int
     (over samples), "num_samples", "difficulty" [n], "domain" [n],
-    "format_ok" [n], "response_len" [n], "completion_rate" and
-    "errors" {kind: count over all samples}.
+    "format_ok" [n], "response_len" [n], "reward" [n] and "components"
+    {name: [n]} (the first sample's reward and its named components, 0
+    where a verdict lacks one), "completion_rate" and "errors" {kind: count
+    over all samples}.
   """
   tasks = list(tasks)
   if not tasks:
@@ -48,6 +51,8 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
   first_correct = np.zeros(n, bool)
   format_ok = np.zeros(n, bool)
   response_len = np.zeros(n, np.int64)
+  reward = np.zeros(n, np.float32)
+  components: dict[str, np.ndarray] = {}
   errors = dict.fromkeys(ERROR_KINDS, 0)
   for sample in range(num_samples):
     for start in range(0, n, batch_size):
@@ -59,7 +64,7 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
       if shard is not None:
         prompts, lens = shard((prompts, lens))
       key = jax.random.fold_in(jax.random.fold_in(rng, sample), start)
-      rollout = jax.device_get(generate(params, prompts, lens, key, model_config=model_config,
+      rollout = process_data.fetch(generate(params, prompts, lens, key, model_config=model_config,
                                         config=sampling, eos_id=tokenizer.eos_id,
                                         pad_id=tokenizer.pad_id))
       texts = batching.decode_responses(tokenizer, rollout.tokens_BxT[:len(chunk)],
@@ -74,11 +79,15 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
         first_correct[idx] = ok
         format_ok[idx] = [v.format_ok for v in scored.verdicts]
         response_len[idx] = rollout.response_lens_B[:len(chunk)]
+        reward[idx] = scored.rewards_N
+        for name, values in scored.components.items():
+          components.setdefault(name, np.zeros(n, np.float32))[idx] = values
   return {
       "correct": first_correct, "num_correct": num_correct, "num_samples": num_samples,
       "difficulty": np.array([t.difficulty for t in tasks]),
       "domain": [t.domain for t in tasks], "format_ok": format_ok,
-      "response_len": response_len, "completion_rate": float(first_correct.mean()),
+      "response_len": response_len, "reward": reward, "components": components,
+      "completion_rate": float(first_correct.mean()),
       "errors": errors,
   }
 

@@ -264,6 +264,22 @@ def write_report(report_dir: str | os.PathLike, *,
   return paths
 
 
+def _reward_component_lines(groups: Mapping[str, Any]) -> list[str]:
+  """A table of the greedy responses' mean reward and its named components per group."""
+  names = sorted({name for g in groups.values()
+                  for name in g["greedy"].get("reward_components", {})})
+  if not names:
+    return []
+  lines = ["", "Greedy responses' mean reward and its components (before the domain's weights):",
+           "", "| group | reward | " + " | ".join(names) + " |",
+           "|---|---|" + "---|" * len(names)]
+  for group, g in groups.items():
+    parts = g["greedy"].get("reward_components", {})
+    lines.append(f"| {group} | {g['greedy'].get('mean_reward', 0.0):.3f} | "
+                 + " | ".join(f"{parts.get(name, 0.0):.3f}" for name in names) + " |")
+  return lines
+
+
 def render_checkpoint_eval(result: Mapping[str, Any]) -> str:
   """eval.md for `rl_post.eval.checkpoint_eval.evaluate_checkpoint`'s result."""
   settings = result["settings"]
@@ -283,6 +299,7 @@ def render_checkpoint_eval(result: Mapping[str, Any]) -> str:
     lines.append(f"| {name} | {g['n']} | {_pct(greedy['completion_rate'])} | "
                  f"[{_pct(greedy['ci_low'])}, {_pct(greedy['ci_high'])}] | {passes} | "
                  f"{greedy['mean_response_len']:.1f} | {sampled['mean_response_len']:.1f} |")
+  lines += _reward_component_lines(result["groups"])
   for mode, counts in result.get("verifier_errors", {}).items():
     nonzero = {kind: count for kind, count in counts.items() if count}
     lines += ["", f"Verifier errors ({mode}, scored 0): "

@@ -19,6 +19,11 @@ from scipy import stats as scipy_stats
 # (field, the summary.json eval or comparison it comes from)
 RATE_FIELDS = ("before", "after", "before_sampled", "after_sampled")
 DIFF_FIELDS = {"diff": "", "diff_sampled": "_sampled"}
+# From summary.json's "demo" tables (rl_post.eval.demo_tables), when present: the control
+# arm, rates averaged over domains, and the levels without demonstrations.
+DEMO_FIELDS = ("control", "control_sampled", "macro_before", "macro_after", "macro_control",
+               "macro_diff", "unseen_before", "unseen_after", "unseen_control",
+               "unseen_after_vs_control", "rl_wall_s", "control_wall_s")
 FIELDS = (*RATE_FIELDS, *DIFF_FIELDS)
 
 
@@ -43,7 +48,25 @@ def seed_row(seed: int, summary: Mapping[str, Any]) -> dict:
   domains = sorted(set().union(*(evals[f].get("by_domain", {}) for f in RATE_FIELDS)))
   row["by_domain"] = {d: {f: evals[f]["by_domain"][d]["completion_rate"] for f in RATE_FIELDS
                           if d in evals[f].get("by_domain", {})} for d in domains}
+  if "demo" in summary:
+    row.update(demo_fields(summary))
   return row
+
+
+def demo_fields(summary: Mapping[str, Any]) -> dict:
+  """The DEMO_FIELDS of a summary with "demo" tables, and control per domain."""
+  demo, evals = summary["demo"], summary["evals"]
+  unseen = demo["unseen"]
+  out = {"control": evals["control"]["completion_rate"],
+         "control_sampled": evals["control_sampled"]["completion_rate"],
+         "macro_diff": demo["macro_diff"],
+         "unseen_after_vs_control": (unseen["after_vs_control"] or {}).get("diff"),
+         "rl_wall_s": demo["wall_s"]["rl"], "control_wall_s": demo["wall_s"]["control"]}
+  for arm in ("before", "after", "control"):
+    out[f"macro_{arm}"] = demo["macro"][arm]["rate"]
+    out[f"unseen_{arm}"] = unseen.get(arm)
+  out["cells"] = demo["cells"]
+  return out
 
 
 def spread(values: Sequence[float], confidence: float = 0.95) -> dict:
@@ -72,11 +95,30 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict:
   if len(set(seeds)) != len(seeds):
     raise ValueError(f"seed rows repeat a seed: {seeds}")
   out = {f: spread([r[f] for r in rows]) for f in FIELDS}
+  for f in DEMO_FIELDS:
+    if all(r.get(f) is not None for r in rows):
+      out[f] = spread([r[f] for r in rows])
+  cells = [r["cells"] for r in rows if "cells" in r]
+  if cells and len(cells) == len(rows):
+    out["cells"] = _aggregate_cells(cells)
   domains = sorted({d for r in rows for d in r["by_domain"]})
   out["by_domain"] = {
       d: {f: spread([r["by_domain"][d][f] for r in rows]) for f in RATE_FIELDS
           if all(f in r["by_domain"].get(d, {}) for r in rows)}
       for d in domains}
+  return out
+
+
+def _aggregate_cells(cells_per_row: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict]:
+  """Per (domain, level): each arm's spread over the seeds."""
+  keyed = [{(c["domain"], c["level"]): c for c in cells} for cells in cells_per_row]
+  out = []
+  for key in sorted(set.intersection(*(set(k) for k in keyed))):
+    first = keyed[0][key]
+    out.append({"domain": key[0], "level": key[1], "demonstrations": first["demonstrations"],
+                "n": [k[key]["n"] for k in keyed],
+                **{arm: spread([k[key][arm] for k in keyed])
+                   for arm in ("before", "after", "control")}})
   return out
 
 
@@ -116,4 +158,35 @@ def render_markdown(title: str, rows: Sequence[Mapping[str, Any]], agg: Mapping[
     for d, fields in agg["by_domain"].items():
       cells = [_spread_cell(fields[f], False) if f in fields else "-" for f in RATE_FIELDS]
       lines.append(f"| {d} | " + " | ".join(cells) + " |")
+  if "macro_after" in agg:
+    lines += _demo_lines(rows, agg)
   return "\n".join(lines) + "\n"
+
+
+def _demo_lines(rows: Sequence[Mapping[str, Any]], agg: Mapping[str, Any]) -> list[str]:
+  """The control arm, the domain average and the levels without demonstrations."""
+  lines = ["", "## SFT start vs RL vs SFT control (greedy)", "",
+           "macro: completion averaged over domains; unseen: levels without SFT "
+           "demonstrations; RL - control on the same unseen problems.", "",
+           "| seed | macro SFT | macro RL | macro control | macro Δ pp | unseen SFT | "
+           "unseen RL | unseen control | unseen RL - control pp | RL s | control s |",
+           "|---" * 11 + "|"]
+  for r in rows:
+    lines.append(
+        f"| {r['seed']} | {_pct(r['macro_before'])} | {_pct(r['macro_after'])} | "
+        f"{_pct(r['macro_control'])} | {_pct(r['macro_diff'], True)} | "
+        f"{_pct(r.get('unseen_before'))} | {_pct(r.get('unseen_after'))} | "
+        f"{_pct(r.get('unseen_control'))} | {_pct(r.get('unseen_after_vs_control'), True)} | "
+        f"{r['rl_wall_s']:.0f} | {r['control_wall_s']:.0f} |")
+  lines += ["", "| field | mean ± std [95% t-interval] |", "|---|---|"]
+  lines += [f"| {f} | {_spread_cell(agg[f], f.endswith(('diff', 'vs_control')))} |"
+            for f in DEMO_FIELDS if f in agg and not f.endswith("wall_s")]
+  if "cells" in agg:
+    lines += ["", "Per domain and level (mean ± std over seeds):", "",
+              "| domain | level | demos | SFT start | after RL | SFT control |",
+              "|---|---|---|---|---|---|"]
+    for c in agg["cells"]:
+      lines.append(f"| {c['domain']} | {c['level']} | {'yes' if c['demonstrations'] else 'no'} | "
+                   + " | ".join(_spread_cell(c[a], False) for a in ("before", "after", "control"))
+                   + " |")
+  return lines

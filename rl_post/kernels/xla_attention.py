@@ -348,6 +348,11 @@ def xla_flash_attention(q, k, v, *, causal=True, segment_ids=None,
 def xla_decode_attention(q, k_cache, v_cache, lengths):
   """One-query attention over a ragged cache; memory O(cache) like the cache.
 
+  Written as broadcast-multiply-reduce over the cache in its stored
+  [B, S, Hkv, D] layout: a dot_general with (batch, kv head) batch dims
+  would make XLA transpose both caches (a full copy per layer per decode
+  step); the reductions read each cache once.
+
   Args:
     q: [B, H, D]; k_cache, v_cache: [B, S, Hkv, D]; lengths: [B] int.
   Returns:
@@ -355,13 +360,15 @@ def xla_decode_attention(q, k_cache, v_cache, lengths):
   """
   b, h, d = q.shape
   s, h_kv = k_cache.shape[1], k_cache.shape[2]
-  q4 = q.reshape(b, h_kv, h // h_kv, d)
-  scores = _dot("bkgd,bskd->bkgs", q4, k_cache) / math.sqrt(d)
-  valid = (jnp.arange(s)[None, :] < lengths[:, None])[:, None, None, :]
-  scores = jnp.where(valid, scores, masking.NEG_INF)
-  m = scores.max(-1, keepdims=True)
-  p = jnp.where(valid, jnp.exp(scores - m), 0.0)
-  denom = p.sum(-1, keepdims=True)
+  acc = _acc_dtype(q.dtype)
+  q_Bx1xKxGxD = q.reshape(b, 1, h_kv, h // h_kv, d).astype(acc)
+  scores_BxSxKxG = jnp.sum(q_Bx1xKxGxD * k_cache[:, :, :, None, :].astype(acc),
+                           axis=-1) / math.sqrt(d)
+  valid = (jnp.arange(s)[None, :] < lengths[:, None])[:, :, None, None]
+  scores_BxSxKxG = jnp.where(valid, scores_BxSxKxG, masking.NEG_INF)
+  m = scores_BxSxKxG.max(1, keepdims=True)
+  p = jnp.where(valid, jnp.exp(scores_BxSxKxG - m), 0.0)
+  denom = p.sum(1, keepdims=True)
   p = p / jnp.where(denom > 0, denom, 1.0)
-  out = _dot("bkgs,bskd->bkgd", p.astype(v_cache.dtype), v_cache)
-  return out.reshape(b, h, d).astype(q.dtype)
+  out_BxKxGxD = jnp.sum(p[..., None] * v_cache[:, :, :, None, :].astype(acc), axis=1)
+  return out_BxKxGxD.reshape(b, h, d).astype(q.dtype)

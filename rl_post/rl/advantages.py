@@ -49,10 +49,14 @@ def zero_variance_groups(rewards_N, group_size: int):
 
 
 def last_token_NxT(mask_NxT):
-  """1 on each sequence's last response token (where the outcome reward lands)."""
+  """1 on each sequence's last response token (where the outcome reward lands).
+
+  The last 1 of the row, so a mask with holes (a multi-turn episode, whose
+  tool responses have mask 0) gets the reward once, at the end.
+  """
   mask_NxT = mask_NxT.astype(jnp.float32)
-  next_NxT = jnp.concatenate([mask_NxT[:, 1:], jnp.zeros_like(mask_NxT[:, :1])], axis=1)
-  return mask_NxT * (1.0 - next_NxT)
+  later_NxT = jnp.flip(jnp.cumsum(jnp.flip(mask_NxT, 1), 1), 1) - mask_NxT  # 1s after t
+  return mask_NxT * (later_NxT == 0)
 
 
 def token_rewards(rewards_N, mask_NxT, process_NxT=None, kl_NxT=None, kl_coef: float = 0.0):
@@ -99,23 +103,29 @@ def reinforce_pp_advantages(r_NxT, mask_NxT, gamma: float = 1.0):
 def gae(r_NxT, values_NxT, mask_NxT, *, gamma: float = 1.0, lam: float = 0.95):
   """Generalised advantage estimation (Schulman et al. 2016) as a reverse `lax.scan`.
 
-  delta_t = r_t + gamma V_{t+1} - V_t, with V_{t+1} = 0 past the response;
-  A_t = delta_t + gamma lambda A_{t+1}; returns R_t = A_t + V_t. Only
-  response tokens (mask 1) carry values; both outputs are 0 elsewhere.
+  Over the response tokens (mask 1) only: delta_t = r_t + gamma V_next - V_t
+  and A_t = delta_t + gamma lambda A_next, where "next" is the next token
+  with mask 1 (V_next = A_next = 0 past the last). Tokens with mask 0 inside
+  the response (a multi-turn episode's tool responses: the environment's
+  move, not the policy's) are skipped, so the value and the advantage carry
+  across them. Returns R_t = A_t + V_t; both outputs are 0 where mask is 0.
   Returns (adv_NxT, returns_NxT).
   """
   mask_NxT = mask_NxT.astype(jnp.float32)
   values_NxT = values_NxT.astype(jnp.float32) * mask_NxT
-  next_values_NxT = jnp.concatenate([values_NxT[:, 1:], jnp.zeros_like(values_NxT[:, :1])], 1)
-  delta_NxT = (r_NxT + gamma * next_values_NxT - values_NxT) * mask_NxT
 
-  def step(next_adv_N, inputs):
-    delta_N, mask_N = inputs
-    adv_N = (delta_N + gamma * lam * next_adv_N) * mask_N
-    return adv_N, adv_N
+  def step(carry, inputs):
+    next_adv_N, next_value_N = carry
+    r_N, v_N, m_N = inputs
+    adv_N = r_N + gamma * next_value_N - v_N + gamma * lam * next_adv_N
+    on_N = m_N > 0
+    carry = (jnp.where(on_N, adv_N, next_adv_N), jnp.where(on_N, v_N, next_value_N))
+    return carry, adv_N * m_N
 
-  _, adv_TxN = jax.lax.scan(step, jnp.zeros(r_NxT.shape[0], jnp.float32),
-                            (delta_NxT.T, mask_NxT.T), reverse=True)
+  zeros_N = jnp.zeros(r_NxT.shape[0], jnp.float32)
+  _, adv_TxN = jax.lax.scan(step, (zeros_N, zeros_N),
+                            (r_NxT.astype(jnp.float32).T, values_NxT.T, mask_NxT.T),
+                            reverse=True)
   adv_NxT = adv_TxN.T
   return adv_NxT, (adv_NxT + values_NxT) * mask_NxT
 

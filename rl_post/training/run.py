@@ -116,8 +116,11 @@ def _stable_hash(name: str) -> int:
   return sum((i + 1) * ord(c) for i, c in enumerate(name)) % (2 ** 31)
 
 
-def setup_run(config: ml_collections.ConfigDict, workdir: str) -> RunContext:
+def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -> RunContext:
   """Validates the shared sections and writes workdir/config.json.
+
+  `tokenizer`: use this one instead of loading `tokenizer.path` (e.g. the
+  call-vocabulary tokenizer of `episodes.tokenizer="call_vocab"`).
 
   Starts multi-host JAX first when `config.distributed` asks for it; then
   the mesh spans every process's devices and only process 0 writes files.
@@ -135,11 +138,14 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str) -> RunContext:
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   sharding.validate_rules(rules, mesh.axis_names)
-  if not os.path.exists(config.tokenizer.path):
-    raise MissingInputError("tokenizer.path", config.tokenizer.path,
-                            "does not exist; build it with experiments/build_tokenizer.py "
-                            "(same --config.tokenizer.path)")
-  tokenizer = load_tokenizer(config.tokenizer.path)
+  jax.set_mesh(mesh)  # the run's mesh in context: model activations follow `rules` too
+  sharding.set_activation_rules(rules)
+  if tokenizer is None:
+    if not os.path.exists(config.tokenizer.path):
+      raise MissingInputError("tokenizer.path", config.tokenizer.path,
+                              "does not exist; build it with experiments/build_tokenizer.py "
+                              "(same --config.tokenizer.path)")
+    tokenizer = load_tokenizer(config.tokenizer.path)
   model_config = model_config_from(config, tokenizer)
   if model_config.vocab_size < tokenizer.vocab_size:
     raise ValueError(f"model.vocab_size ({model_config.vocab_size}) is smaller than the "

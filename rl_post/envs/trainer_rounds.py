@@ -1,0 +1,265 @@
+"""Multi-turn episodes as the RL trainer's rollout rounds (the `episodes` config section).
+
+  c.episodes = dict(enabled=True, domains=("data_questions",), max_turns=3, turn_tokens=24,
+                    call_success_weight=1.0)
+  python experiments/train_rl.py --config=configs/grpo_episodes.py:tiny --workdir=/tmp/ep
+
+With `episodes.enabled`, every rollout round of `rl_post.rl.trainer` runs
+`rl.batch_size` tasks x `rl.num_generations` episodes with the episode loop
+(`rl_post.envs.episodes.run_episodes`) instead of one single-turn
+`generate`; the rest of the trainer is unchanged: the algorithm from the
+registry (GRPO, PPO with its critic, ...), reference log-probs, dynamic
+filtering, the guard, checkpoints and exact resume. The update trains on
+the rollout's loss mask, so tool-response tokens (loss mask 0, no
+behaviour log-prob) never carry loss, KL or value targets.
+
+Tasks come from the multi-step domains (`rl_post.envs.domains`), drawn as a
+function of (seed, iteration, round) so a resumed run repeats them; the
+sampling key is the trainer's. The episode reward is the verifier's on the
+end state plus `call_success_weight` x the episode's fraction of
+successful tool calls (a shaping term; 0 without calls). The tool sandbox
+is started on the first round and closed with the trainer.
+"""
+
+import concurrent.futures
+import dataclasses
+from typing import Optional
+
+import jax
+import numpy as np
+
+from rl_post.config_sections import check, from_section
+from rl_post.envs import chat
+from rl_post.envs.call_vocab import CallVocabTokenizer
+from rl_post.envs.domains import DOMAINS, make_env
+from rl_post.envs.episodes import EpisodeConfig, run_episodes
+from rl_post.envs.metrics import EpisodeMetrics
+from rl_post.envs.tools import ToolLimits
+from rl_post.data import domain_stats
+from rl_post.rewards.scoring import ERROR_KINDS, RewardBatch
+from rl_post.sandbox import Sandbox, SandboxConfig
+from rl_post.tasks.base import Verdict
+
+TOKENIZERS = ("", "call_vocab")
+CHAT_TEMPLATE = ("auto", "on", "off")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodesConfig:
+  """The `episodes` section.
+
+  Attributes:
+    enabled: rollout rounds run episodes (off: the single-turn trainer).
+    domains: multi-step domains to draw tasks from (uniformly).
+    difficulties: levels drawn uniformly per task.
+    max_turns: model turns per episode.
+    turn_tokens: sampling budget of one turn (`rl.max_new_tokens` is the
+      whole episode's: model turns plus tool responses).
+    call_success_weight: weight of the fraction of successful tool calls
+      added to the verifier's reward.
+    tokenizer: "" = the run's tokenizer (`tokenizer.path`); "call_vocab" =
+      `CallVocabTokenizer`, whose tool calls are single tokens, so a
+      random-weight model calls tools (CPU runs and tests).
+    call_vocab_copies: ids per tool call in the call_vocab tokenizer.
+    chat_template: prompts and tool responses through the tokenizer's chat
+      template: "on", "off", or "auto" (on when the tokenizer wraps prompts
+      in its template, as pretrained chat models do).
+    stop_check_interval: decode steps between checks for `</tool_call>`.
+    limits: `ToolLimits` fields (per-call / per-episode seconds, output size).
+    sandbox: `SandboxConfig` fields of the tool sandbox (strict isolation).
+  """
+  enabled: bool = False
+  domains: tuple = ("data_questions",)
+  difficulties: tuple = (1,)
+  max_turns: int = 4
+  turn_tokens: int = 64
+  call_success_weight: float = 0.0
+  tokenizer: str = ""
+  call_vocab_copies: int = 4
+  chat_template: str = "auto"
+  stop_check_interval: int = 8
+  limits: dict = dataclasses.field(default_factory=dict)
+  sandbox: dict = dataclasses.field(default_factory=lambda: dict(num_workers=2, timeout_s=10.0))
+
+  def __post_init__(self):
+    check(isinstance(self.enabled, bool), "enabled", "must be a bool", self.enabled)
+    check(bool(self.domains) and all(d in DOMAINS for d in self.domains), "domains",
+          f"must be non-empty names from {sorted(DOMAINS)}", self.domains)
+    check(bool(self.difficulties) and all(isinstance(k, int) and k >= 1
+                                          for k in self.difficulties),
+          "difficulties", "must be non-empty ints >= 1", self.difficulties)
+    check(self.call_success_weight >= 0, "call_success_weight", "must be >= 0",
+          self.call_success_weight)
+    check(self.tokenizer in TOKENIZERS, "tokenizer", f"must be one of {TOKENIZERS}",
+          self.tokenizer)
+    check(isinstance(self.call_vocab_copies, int) and self.call_vocab_copies >= 1,
+          "call_vocab_copies", "must be an int >= 1", self.call_vocab_copies)
+    check(self.chat_template in CHAT_TEMPLATE, "chat_template",
+          f"must be one of {CHAT_TEMPLATE}", self.chat_template)
+    check(isinstance(self.stop_check_interval, int) and self.stop_check_interval >= 1,
+          "stop_check_interval", "must be an int >= 1", self.stop_check_interval)
+    try:
+      EpisodeConfig(max_turns=self.max_turns, turn_tokens=self.turn_tokens)
+    except ValueError as e:
+      field = "max_turns" if "max_turns" in str(e) else "turn_tokens"
+      raise ValueError(f"{field} must be an int >= 1, got {getattr(self, field)!r}") from None
+    object.__setattr__(self, "domains", tuple(self.domains))
+    object.__setattr__(self, "difficulties", tuple(self.difficulties))
+    object.__setattr__(self, "limits", dict(self.limits))
+    object.__setattr__(self, "sandbox", dict(self.sandbox))
+    # validated now, so a typo fails at start-up, not at the first round
+    from_section(ToolLimits, self.limits, "episodes.limits")
+    from_section(SandboxConfig, self.sandbox, "episodes.sandbox")
+
+  @property
+  def tool_limits(self) -> ToolLimits:
+    return ToolLimits(**self.limits)
+
+  @property
+  def episode(self) -> EpisodeConfig:
+    return EpisodeConfig(max_turns=self.max_turns, turn_tokens=self.turn_tokens)
+
+
+def load(section) -> Optional[EpisodesConfig]:
+  """The validated section, or None when absent or not enabled (single-turn rounds)."""
+  config = from_section(EpisodesConfig, section, "episodes")
+  return config if config.enabled else None
+
+
+def tokenizer_for(config) -> Optional[CallVocabTokenizer]:
+  """The tokenizer the run must use instead of `tokenizer.path` (None: that one)."""
+  section = load(config.get("episodes"))
+  if section is None or section.tokenizer != "call_vocab":
+    return None
+  return CallVocabTokenizer(copies=section.call_vocab_copies)
+
+
+def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
+  """The run's episode rounds, or None when `config.episodes` is absent or disabled."""
+  section = load(config.get("episodes"))
+  if section is None:
+    return None
+  if rl.async_rewards:
+    raise ValueError("episodes.enabled needs rl.async_rewards=False: an episode round scores "
+                     "its episodes itself (the verifier runs at each episode's end)")
+  if section.turn_tokens > rl.max_new_tokens:
+    raise ValueError(f"episodes.turn_tokens ({section.turn_tokens}) must be <= "
+                     f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")
+  return EpisodeRounds(section, seed=int(config.seed), tokenizer=tokenizer, sampling=sampling)
+
+
+def episode_rewards(verifier_B, calls_B, successes_B, weight: float) -> np.ndarray:
+  """verifier + weight * (successful calls / calls) per episode (0 shaping without calls)."""
+  calls = np.asarray(calls_B, np.float32)
+  ok = np.asarray(successes_B, np.float32)
+  return (np.asarray(verifier_B, np.float32)
+          + weight * np.where(calls > 0, ok / np.maximum(calls, 1), 0.0)).astype(np.float32)
+
+
+def reward_batch(verifier_N, calls_N, successes_N, weight: float) -> RewardBatch:
+  """The trainer's RewardBatch of N episodes.
+
+  Components: "outcome" (the verifier), "call_success" (fraction of
+  successful calls) and "format" (1 when the episode made calls and all of
+  them succeeded), so the trainer's per-domain metrics apply unchanged.
+  """
+  verifier_N = np.asarray(verifier_N, np.float32)
+  calls_N, successes_N = np.asarray(calls_N), np.asarray(successes_N)
+  success_N = np.where(calls_N > 0, successes_N / np.maximum(calls_N, 1), 0.0)
+  format_N = (calls_N > 0) & (successes_N == calls_N)
+  verdicts = [Verdict(float(v), bool(f)) for v, f in zip(verifier_N, format_N)]
+  return RewardBatch(
+      rewards_N=episode_rewards(verifier_N, calls_N, successes_N, weight),
+      correct_N=np.array([v.correct for v in verdicts], bool),
+      components={"outcome": verifier_N, "call_success": success_N.astype(np.float32),
+                  "format": format_N.astype(np.float32)},
+      verdicts=verdicts, error_kinds=[None] * len(verdicts),
+      error_counts={kind: 0 for kind in ERROR_KINDS})
+
+
+def draw_tasks(config: EpisodesConfig, seed: int, it: int, rnd: int, batch_size: int):
+  """`batch_size` tasks, a function of (seed, iteration, round) only."""
+  rng = np.random.default_rng([seed, it, rnd])
+  tasks = []
+  for _ in range(batch_size):
+    name = config.domains[int(rng.integers(len(config.domains)))]
+    level = config.difficulties[int(rng.integers(len(config.difficulties)))]
+    tasks.append(DOMAINS[name].generate(rng, level))
+  return tasks
+
+
+def _done(value):
+  future = concurrent.futures.Future()
+  future.set_result(value)
+  return future
+
+
+class EpisodeRounds:
+  """The trainer's rollout rounds over episodes; one per run (holds the tool sandbox)."""
+
+  def __init__(self, config: EpisodesConfig, *, seed: int, tokenizer, sampling):
+    self.config = config
+    self.seed = int(seed)
+    self.tokenizer = tokenizer
+    self.sampling = dataclasses.replace(sampling,
+                                        stop_check_interval=config.stop_check_interval)
+    self.encoders = {}
+    use_chat = config.chat_template == "on" or (
+        config.chat_template == "auto" and getattr(tokenizer, "chat_prompts", False))
+    if use_chat:
+      encode_prompt, encode_observation = chat.chat_encoders(tokenizer)
+      self.encoders = dict(encode_prompt=encode_prompt, encode_observation=encode_observation)
+    self._sandbox = None
+    self._metrics = EpisodeMetrics()
+
+  @property
+  def sandbox(self) -> Sandbox:
+    if self._sandbox is None:
+      self._sandbox = Sandbox(from_section(SandboxConfig, self.config.sandbox,
+                                           "episodes.sandbox"))
+    return self._sandbox
+
+  def close(self):
+    if self._sandbox is not None:
+      self._sandbox.close()
+      self._sandbox = None
+
+  def launch(self, c, params, ref_params, timer, it: int, rnd: int) -> dict:
+    """One round: B tasks x G episodes, scored; the same dict as the trainer's
+    `_launch_round` (its rewards already done; reference log-probs dispatched)."""
+    rl = c.rl
+    if rnd == 0:  # a step's first round (also after a guard rollback)
+      self._metrics = EpisodeMetrics()
+    key = jax.random.fold_in(c.ctx.key("rollout"), it)
+    if rnd:
+      key = jax.random.fold_in(key, rnd)
+    with timer("rollout"):
+      tasks = draw_tasks(self.config, self.seed, it, rnd, rl.batch_size)
+      tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
+      envs = [make_env(t.domain, limits=self.config.tool_limits) for t in tasks_N]
+      result = run_episodes(params, envs, tasks_N, tokenizer=self.tokenizer,
+                            model_config=c.model_config, sampling=self.sampling,
+                            sandbox=self.sandbox, rng=key, config=self.config.episode,
+                            metrics=self._metrics, **self.encoders)
+    with timer("reward"):
+      rewards = reward_batch(result.rewards_B, result.calls_B,
+                             [env.call_successes for env in envs],
+                             self.config.call_success_weight)
+      tokens = c.shard(np.asarray(result.rollout.tokens_BxT))
+      ref_logp = None if ref_params is None else c.ref_fn(ref_params, tokens)
+    return dict(tasks_N=tasks_N, host=result.rollout, pending=_done(rewards), ref_logp=ref_logp,
+                tokens=tokens)
+
+  def step_metrics(self, scored: dict) -> dict:
+    """Per-domain statistics of every episode of the step, and the episode metrics:
+    tool-call success, calls and turns per episode, time in tools vs generation,
+    episode length percentiles, calls and errors per tool and kind."""
+    rewards = scored["rewards"]
+    metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts,
+                                          rewards.rewards_N, rewards.components,
+                                          rewards.error_kinds)
+    summary = self._metrics.summary()
+    metrics.update({f"episodes/{k}": float(v) for k, v in summary.items()})
+    busy = summary["tool_seconds"] + summary["generation_seconds"]
+    metrics["episodes/tool_time_frac"] = summary["tool_seconds"] / busy if busy else 0.0
+    return metrics
