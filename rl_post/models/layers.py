@@ -12,7 +12,7 @@ from flax import nnx
 from rl_post.kernels import attention as attention_kernels
 from rl_post.models import rope
 from rl_post.models.config import ModelConfig
-from rl_post.parallel import ring_attention
+from rl_post.parallel import ring_attention, sharding
 
 _init = nnx.initializers
 
@@ -184,6 +184,8 @@ class Attention(nnx.Module):
     else:
       out = attention_kernels.flash_attention(
           q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)
+    # (heads, head_dim) flattened on both sides: one plain 2-D matmul, so XLA
+    # never transposes o_proj (it did, on every decode step).
     b, t, h, d = out.shape
     o_proj_HDxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
     out = (out.astype(self.dtype).reshape(b * t, h * d) @ o_proj_HDxE).reshape(b, t, -1)
@@ -220,9 +222,12 @@ class Block(nnx.Module):
 
   def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None,
                context_mesh=None, cache_extend=False):
+    # the residual stream, and so what each layer keeps for backward, is split over `batch`
+    # (with fsdp the partitioner would otherwise follow the params and split it over `embed`)
+    x_BxTxE = sharding.constrain_batch(x_BxTxE)
     attn_out, new_cache = self.attn(self.attn_norm(x_BxTxE), positions_BxT,
                                     segment_ids_BxT=segment_ids_BxT, cache=cache,
                                     context_mesh=context_mesh, cache_extend=cache_extend)
-    x_BxTxE = x_BxTxE + attn_out
+    x_BxTxE = sharding.constrain_batch(x_BxTxE + attn_out)
     x_BxTxE = x_BxTxE + self.mlp(self.mlp_norm(x_BxTxE))
-    return x_BxTxE, new_cache
+    return sharding.constrain_batch(x_BxTxE), new_cache

@@ -123,6 +123,9 @@ class _Components:
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
     # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
     self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
+    if self.episodes is not None and jax.process_count() > 1:
+      raise NotImplementedError("episodes.enabled runs on one process; multi-host RL runs "
+                                "single-turn rounds (docs/scale.md)")
     self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
