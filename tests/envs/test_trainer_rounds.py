@@ -55,7 +55,7 @@ def test_ppo_over_episodes_steps_on_the_loss_mask_and_resumes_exactly(tmp_path, 
 
   def config(steps):
     c = _tiny(algorithm="ppo", num_steps=steps, checkpoint_every=1, batch_size=1,
-              num_generations=2, max_new_tokens=64)
+              num_generations=4, max_new_tokens=128)
     c.episodes.update(max_turns=2, turn_tokens=16)
     c.rl.ppo.update(kl_coef=0.05, critic="head")
     return c
