@@ -13,6 +13,12 @@ request is prefilled in a batch of a different width; see
 docs/sampling.md). Stop token ids are checked on device; stop strings on
 the host every `stop_check_interval` steps, with the static path's rule
 (`sampler.stop_string_cuts`), so both cut at the same token.
+
+Draining: once nothing waits, the batch shrinks (`shrink=True`): whenever
+at most half of it is still running, the running rows are gathered into
+a batch half as wide (16 -> 8 -> 4 ...). A decode step costs roughly in
+proportion to its rows, so the last long responses no longer pay for the
+finished ones. Each width compiles its own decode step once.
 """
 
 import dataclasses
@@ -37,6 +43,7 @@ class ContinuousStats:
   refills: int = 0         # times free slots were refilled
   prefill_calls: int = 0   # prefills of waiting requests (after the first fill)
   prefilled_rows: int = 0  # requests prefilled after the first fill
+  shrinks: int = 0         # times the draining batch was halved
 
 
 def _refill_width(n: int, num_slots: int) -> int:
@@ -72,10 +79,19 @@ class _Pool:
     return state
 
 
+def _shrink(state, owner):
+  """(state, owner) narrowed to a power of two >= the running rows (padded with done rows)."""
+  running, idle = np.nonzero(owner >= 0)[0], np.nonzero(owner < 0)[0]
+  width = _refill_width(len(running), len(owner))
+  rows = np.concatenate([running, idle[:width - len(running)]])
+  return engine.take_rows(state, jnp.asarray(rows)), owner[rows]
+
+
 def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_config,
                         config: SamplingConfig, num_slots: int, eos_id: int | None,
                         pad_id: int, max_new_tokens=None, refill_fraction: float = 0.25,
-                        detokenize: Callable[[list[int]], str] | None = None):
+                        detokenize: Callable[[list[int]], str] | None = None,
+                        shrink: bool = True):
   """Samples one response per request with `num_slots` decode slots.
 
   Args:
@@ -87,6 +103,8 @@ def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_co
     refill_fraction: refill once this fraction of slots is free (while
       requests wait).
     detokenize: token ids -> text; required with stop strings.
+    shrink: once nothing waits, halve the batch whenever at most half of
+      it is running.
   Returns:
     (Rollout over the N requests in input order, ContinuousStats).
   """
@@ -132,7 +150,11 @@ def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_co
   results["stopped"] = np.zeros(n, bool)
   min_free = max(1, int(num_slots * refill_fraction))
   while (owner >= 0).any():
-    need = num_slots if not len(pool) else min(min_free, len(pool))
+    width = len(owner)
+    if len(pool):
+      need = min(min_free, len(pool))
+    else:  # draining: run to the end, or until the batch can be halved
+      need = width - width // 2 if shrink and width > 1 else width
     before = np.asarray(jax.device_get(state.lengths_B)) if config.stop_strings else None
     state = engine.decode(params, state, jnp.int32(steps_per_call), jnp.int32(need),
                           layer_params, config=stop_config, **kw)
@@ -154,6 +176,9 @@ def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_co
     if len(pool) and free.size:
       state = pool.place(state, free, owner)
       stats.refills += 1
+    elif shrink and not len(pool) and 0 < (owner >= 0).sum() <= width // 2:
+      state, owner = _shrink(state, owner)
+      stats.shrinks += 1
   mask = results["mask_BxT"]
   rollout = Rollout(tokens_BxT=results["tokens_BxT"], logp_BxT=results["logp_BxT"],
                     trunc_logz_BxT=results["trunc_logz_BxT"], mask_BxT=mask,
