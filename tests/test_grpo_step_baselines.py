@@ -29,9 +29,9 @@ def test_whole_step_rows_ours_and_a_failing_baseline(tmp_path):
   assert ours["s_per_step"] > 0 and ours["cpu_s_per_step"] > 0 and ours["x_ours"] == 1.0
   # 2 prompts x G=2, 8 tokens each, no EOS: every row samples its whole budget
   assert ours["rollout_tokens_per_s"] > 0 and len(ours["reward_mean"]) == 2
-  assert trl == dict(workload="smoke", system="trl", error="exit 1: ")
+  assert trl == dict(workload="smoke", system="TRL GRPOTrainer", error="exit 1: ")
   text = step_baselines.table(rows)
-  assert "rl_post (JAX)" in text and "trl" in text and "failed: exit 1" in text
+  assert "rl_post (JAX)" in text and "TRL GRPOTrainer" in text and "failed: exit 1" in text
 
 
 def test_missing_baseline_env_names_the_setup_script(tmp_path):

@@ -35,6 +35,8 @@ def test_vs_trl_ours_side_smoke(tmp_path):
   (ours,) = result["rows"]
   assert ours["system"] == "rl_post (JAX)" and ours["steps"] == 2
   assert ours["s_per_step"] > 0 and ours["first_step_s"] > 0 and ours["rollout_tokens_per_s"] > 0
+  assert ours["cpu_s_per_step"] > 0 and len(ours["step_cpu_s"]) == 2
+  assert set(ours["time_split_s"]) == {"rollout", "reward", "train"}
   assert 0.0 <= ours["heldout_pass_rate"] <= 1.0 and len(ours["reward_mean"]) == 2
   assert result["hparams"]["loss_type"] == "dapo"  # grpo_arithmetic's token_mean
   assert result["hparams"]["num_steps"] == 2 and result["trl_over_ours"] is None
@@ -67,9 +69,10 @@ def test_baseline_python_and_summary():
                heldout_pass_rate=0.5, reward_mean=[0.1, 0.2]),
           dict(system="TRL", first_step_s=1.0, s_per_step=1.5, rollout_tokens_per_s=50,
                reward_mean=[0.3])]
+  rows[0]["cpu_s_per_step"] = 0.25
   lines = baselines.comparison_table(rows, "ours").splitlines()
-  assert lines[2].split()[3] == "1.00" and lines[3].split()[3] == "3.00"
-  assert "50.0%" in lines[2] and lines[3].split()[5] == "-"
+  assert lines[2].split()[3:5] == ["0.250", "1.00"] and lines[3].split()[3:5] == ["-", "3.00"]
+  assert "50.0%" in lines[2] and lines[3].split()[6] == "-"
 
 
 def test_trl_side_tokenizer_matches_ours(tmp_path):

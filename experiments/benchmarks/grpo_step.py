@@ -51,6 +51,7 @@ from rl_post.rl.train_step import make_rl_train_step  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 from rl_post.training.step import make_train_step  # noqa: E402
 import step_baselines  # noqa: E402
+import update_speed  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "grpo_step.json")
 WHOLE_RESULTS = os.path.join(os.path.dirname(RESULTS), "grpo_step_whole.json")
@@ -208,6 +209,16 @@ def table(rows) -> str:
   return "\n".join(lines)
 
 
+def run_update_speed(args) -> list[dict]:
+  """CPU seconds of the update on one pinned core, this tree vs `--before-ref` (full runs)."""
+  if args.smoke or args.whole_step_only:  # update_speed.py has its own smoke test
+    return []
+  speed = update_speed.compare(args.before_ref, repeats=max(args.repeats, 5))
+  print("update speed, one pinned core, CPU seconds (experiments/benchmarks/update_speed.py):")
+  print(update_speed.table(speed))
+  return speed
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--smoke", action="store_true", help="tiny sizes, no SmolLM2")
@@ -222,6 +233,8 @@ def main(argv=None):
   parser.add_argument("--trl_python", default=None, help="default: <envs>/trl/bin/python")
   parser.add_argument("--tunix_python", default=None, help="default: <envs>/tunix/bin/python")
   parser.add_argument("--core", type=int, default=None, help="CPU of the whole-step rows")
+  parser.add_argument("--before-ref", default=update_speed.BEFORE_REF,
+                      help="git ref the update-speed rows compare this tree with")
   args = parser.parse_args(argv)
   systems = step_baselines.interpreters(  # a missing baseline env fails here, first
       step_baselines.parse_systems(("" if args.smoke else "ours,trl,tunix")
@@ -250,10 +263,11 @@ def main(argv=None):
           f"{load[0]:.1f}, after {os.getloadavg()[0]:.1f}")
     print(step_baselines.table(whole))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  speed = run_update_speed(args)
   with open(args.out, "w") as fh:
     json.dump({"matmul_peak_gflops": peak, "devices": str(jax.devices()), "rows": rows,
-               "whole_step": whole, "whole_step_load_avg": [load, os.getloadavg()]}, fh,
-              indent=1)
+               "whole_step": whole, "whole_step_load_avg": [load, os.getloadavg()],
+               "update_speed": speed}, fh, indent=1)
   return rows
 
 

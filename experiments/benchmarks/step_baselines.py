@@ -24,6 +24,7 @@ from synthetic import workload_spec
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SCRIPTS = {"ours": "whole_step.py", "trl": "trl_step.py", "tunix": "tunix_step.py"}
+NAMES = {"ours": "rl_post (JAX)", "trl": "TRL GRPOTrainer", "tunix": "Tunix GRPOLearner"}
 ARCH = {  # sampling.py's workloads (a) and (b)
     "a": dict(num_layers=2, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
               mlp_dim=512, vocab_size=512),
@@ -100,10 +101,10 @@ def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
       if "error" in result:
         if system == "ours":
           raise RuntimeError(f"our whole step failed on {name}: {result['error']}")
-        rows.append(dict(workload=name, system=system, error=result["error"]))
+        rows.append(dict(workload=name, system=NAMES[system], error=result["error"]))
         continue
       rows.append(summary_row(name, result))
-    ours = next((r for r in rows if r["workload"] == name and r["system"] == "rl_post (JAX)"),
+    ours = next((r for r in rows if r["workload"] == name and r["system"] == NAMES["ours"]),
                 None)
     for r in rows:
       if r["workload"] == name and ours and "s_per_step" in r:

@@ -7,8 +7,8 @@ tied embeddings), the vanilla rollout engine, actor, reference and rollout
 on one CPU device, XLA single-threaded. Prompts are the spec's token ids
 through a word-level tokenizer ("t<id>"); the reward is the fraction of
 even ids, as on our side. Tunix has no per-step hook, so a step's seconds
-are the time between the learner's requests for consecutive batches (the
-last: until train() returns); generation is timed by wrapping
+are the time (wall and process CPU) between the learner's requests for
+consecutive batches (the last: until train() returns); generation is timed by wrapping
 `rl_cluster.generate`.
 """
 
@@ -89,7 +89,7 @@ def main(argv=None):
       actor_optimizer=optimizer, eval_every_n_steps=10 ** 9, max_steps=steps,
       mini_batch_size=spec["prompts"], train_micro_batch_size=spec["prompts"])
   rollout = base_rollout.RolloutConfig(
-      max_tokens_to_generate=r, max_prompt_length=plen, kv_cache_size=plen + r + 8,
+      max_tokens_to_generate=r, max_prompt_length=plen, kv_cache_size=max(256, 2 * (plen + r)),
       temperature=1.0, top_p=1.0, top_k=None, eos_tokens=[spec["arch"]["vocab_size"] + 1])
   roles = rl_cluster_lib.Role
   cluster = rl_cluster_lib.RLCluster(
@@ -116,13 +116,14 @@ def main(argv=None):
 
   def batches():
     for _ in range(steps):
-      fetched.append(time.perf_counter())
+      fetched.append((time.perf_counter(), time.process_time()))
       yield {"prompts": np.array(prompts)}  # an array: a list is a pytree of leaves to Tunix
 
   learner.train(batches())
-  end = time.perf_counter()
-  wall = [b - a for a, b in zip(fetched, fetched[1:] + [end])]
-  result = dict(system="Tunix GRPOLearner", step_wall_s=wall, rollout_s=[s for s, _ in rollouts],
+  marks = fetched + [(time.perf_counter(), time.process_time())]
+  wall = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
+  cpu = [b[1] - a[1] for a, b in zip(marks, marks[1:])]
+  result = dict(system="Tunix GRPOLearner", step_wall_s=wall, step_cpu_s=cpu, rollout_s=[s for s, _ in rollouts],
                 rollout_tokens=[n for _, n in rollouts], reward_mean=REWARD_MEANS,
                 versions={"jax": jax.__version__})
   with open(args.out, "w") as f:

@@ -22,6 +22,7 @@ are wall seconds on a shared machine: the load average is recorded.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -125,18 +126,38 @@ def trl_spec(c, export: str, tokenizer, workdir: str) -> dict:
                    loss_type=LOSS_TYPES[rl.algo.aggregation]))
 
 
+def cpu_marks_of_writes(marks: list):
+  """Patches the trainer's MetricWriter to note this process's CPU seconds at each
+  step's write (XLA runs single-threaded here); returns the undo function."""
+  original = trainer.MetricWriter.write
+
+  def write(self, step, metrics):
+    marks.append(time.process_time())
+    return original(self, step, metrics)
+
+  trainer.MetricWriter.write = write
+  return lambda: setattr(trainer.MetricWriter, "write", original)
+
+
 def run_ours(c, export: str, workdir: str) -> dict:
   c.rl.init_from = export
-  cpu = time.process_time()
-  trainer.train(c, os.path.join(workdir, "ours"))
+  marks = [time.process_time()]
+  undo = cpu_marks_of_writes(marks)
+  try:
+    trainer.train(c, os.path.join(workdir, "ours"))
+  finally:
+    undo()
   rows = [r for r in read_metrics(os.path.join(workdir, "ours")) if "time/step_s" in r]
   rollout_s = [r["time/rollout_s"] for r in rows]
   tokens = [r["throughput/rollout_tokens_per_s"] * r["time/rollout_s"] for r in rows]
+  step_cpu = [b - a for a, b in zip(marks, marks[1:])]  # the last one includes the eval
   return dict(system="rl_post (JAX)", **step_summary([r["time/step_s"] for r in rows], rollout_s,
                                                      tokens),
+              cpu_s_per_step=statistics.median(step_cpu[1:-1] or step_cpu), step_cpu_s=step_cpu,
+              time_split_s={k: statistics.median([r[f"time/{k}_s"] for r in rows[1:] or rows])
+                            for k in ("rollout", "reward", "train")},
               heldout_pass_rate=rows[-1]["eval/pass_rate"], heldout_tasks=c.tasks.heldout_size,
-              reward_mean=[r["reward/mean"] for r in rows], process_cpu_s=time.process_time() - cpu,
-              versions={"jax": jax.__version__})
+              reward_mean=[r["reward/mean"] for r in rows], versions={"jax": jax.__version__})
 
 
 def run_trl(python: str, spec_path: str, workdir: str, core: int) -> dict:
@@ -153,6 +174,7 @@ def run_trl(python: str, spec_path: str, workdir: str, core: int) -> dict:
                        f"{r['prompt_ids_equal']}, max logit difference {r['logit_max_diff']}")
   return dict(system=r["system"], **step_summary(r["step_wall_s"], r["rollout_s"],
                                                  r["rollout_tokens"]),
+              cpu_s_per_step=statistics.median(r["step_cpu_s"][1:] or r["step_cpu_s"]),
               heldout_pass_rate=r["eval"]["pass_rate"], heldout_tasks=r["eval"]["num_tasks"],
               reward_mean=r["reward_mean"], step_cpu_s=r["step_cpu_s"], versions=r["versions"],
               torch_threads=r["torch_threads"], prompt_ids_equal=r["prompt_ids_equal"],

@@ -130,12 +130,13 @@ def _run(params, state, config, model_config, pad_id, detokenize):
                          config=device_config, pad_id=pad_id)
   if detokenize is None:
     raise ValueError("SamplingConfig.stop_strings needs a `detokenize` callable")
-  call_start = np.asarray(jax.device_get(state.lengths_B))
+  # process_data.fetch: the host check sees every row on every process (multi-host)
+  call_start = np.asarray(process_data.fetch(state.lengths_B))
   while True:
-    before = np.asarray(jax.device_get(state.lengths_B))
+    before = np.asarray(process_data.fetch(state.lengths_B))
     state = engine.decode(params, state, jnp.int32(config.stop_check_interval),
                           model_config=model_config, config=device_config, pad_id=pad_id)
-    tokens, after, done = jax.device_get((state.tokens_BxT, state.lengths_B, state.done_B))
+    tokens, after, done = process_data.fetch((state.tokens_BxT, state.lengths_B, state.done_B))
     keep, hit = stop_string_cuts(tokens, before, after, call_start, range(len(after)),
                                  detokenize, config.stop_strings)
     if hit.any():
