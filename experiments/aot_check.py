@@ -31,6 +31,9 @@ _SEQ_LEN = flags.DEFINE_integer("seq_len", None, "Tokens per rollout (prompt + r
 _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype for presets (params stay f32).")
 _TABLE = flags.DEFINE_bool("table", False, "Run the docs/scale.md grid.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the reports as JSON here.")
+_CONSTRAIN = flags.DEFINE_bool("activation_constraints", True,
+                               "Compile with the model's batch constraints on activations "
+                               "(--noactivation_constraints: what the partitioner picks alone).")
 
 # (model, target, mesh, rows, seq_len): the grid in docs/scale.md.
 TABLE = (
@@ -124,7 +127,8 @@ def main(argv):
         + "  fits   (GiB per device)")
   reports, all_fit = [], True
   for label, model, target, mesh, rows, seq_len in _runs():
-    report = aot.check(model, aot.TARGETS[target], mesh, rows, seq_len)
+    report = aot.check(model, aot.TARGETS[target], mesh, rows, seq_len,
+                       constrain_activations=_CONSTRAIN.value)
     report.update(label=label, rows=rows, seq_len=seq_len)
     reports.append(report)
     all_fit &= report["fits"]

@@ -24,6 +24,7 @@ def _args():
   p.add_argument("--port", type=int, default=0)
   p.add_argument("--local_devices", type=int, required=True)
   p.add_argument("--out", required=True)
+  p.add_argument("--hf_dir", default="", help="a saved HF checkpoint to load onto the mesh")
   return p.parse_args()
 
 
@@ -36,6 +37,29 @@ def _global_batch(step: int, rows: int, t: int, vocab: int) -> dict:
   return dict(tokens=tokens, mask=mask,
               old_logp=(rng.normal(size=(rows, t)) * 0.1 - 4.0).astype(np.float32) * mask,
               adv=(rng.normal(size=(rows, 1)) * mask).astype(np.float32))
+
+
+def hf_tokens(vocab: int):
+  """The [8, 12] batch the HF import check runs (the test recomputes it)."""
+  return (np.arange(8 * 12).reshape(8, 12) * 7 % vocab).astype(np.int32)
+
+
+def _hf_import(hf_dir, mesh, rules, rows) -> dict:
+  """Loads a HF checkpoint onto the (multi-process) mesh; logits of `hf_tokens`."""
+  import dataclasses
+  import jax
+  from rl_post import models
+  from rl_post.models import hf
+  from rl_post.parallel import process_data, sharding
+  config, params = hf.load(hf_dir, mesh=mesh, rules=rules)
+  config = dataclasses.replace(config, attention_impl="xla")
+  tokens = hf_tokens(config.vocab_size)
+  tokens = process_data.global_batch(tokens[rows], sharding.batch_sharding(mesh, rules, 2), 8)
+  logits = jax.jit(lambda p, t: models.apply(config, p, t))(params, tokens)
+  embed = params["embed"]["embedding"]
+  return {"hf/logits": process_data.fetch(logits),
+          "hf/embed_fully_addressable": np.asarray(embed.is_fully_addressable),
+          "hf/embed_local_shards": np.asarray(len(embed.addressable_shards))}
 
 
 def main():
@@ -86,6 +110,8 @@ def main():
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
       result[f"{name}/params/{jax.tree_util.keystr(path)}"] = np.asarray(leaf)
     result[f"{name}/rows/{jax.process_index()}"] = np.asarray([rows.start, rows.stop])
+  if a.hf_dir:
+    result.update(_hf_import(a.hf_dir, mesh, rules, rows))
   all_rows = process_data.fetch(np.asarray([rows.start, rows.stop])[None])
   result["rows"] = np.asarray(all_rows)
   if distributed.is_primary():

@@ -88,3 +88,17 @@ def test_presets_have_the_published_parameter_counts():
             for name, c in aot.MODELS.items()}
   assert counts == {"smollm2-135m": 134_515_008, "llama-1b": 1_235_814_400,
                     "llama-8b": 8_030_261_248}
+
+
+def test_batch_constraints_split_fsdp_activations_over_the_batch(tmp_path):
+  """With fsdp the saved activations follow the params (split over embed) unless the
+  model pins its residual stream to `batch`; the constraint must shrink them."""
+  flags = ("--config=configs/grpo_arithmetic.py", "--target=8xh100", "--mesh=fsdp=8",
+           "--rows=64", "--seq_len=64")
+  out, (on,) = _aot(tmp_path, *flags)
+  assert out.returncode == 0, out.stderr[-3000:]
+  out, (off,) = _aot(tmp_path, *flags, "--noactivation_constraints")
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert on["constrain_activations"] and not off["constrain_activations"]
+  assert on["params_bytes"] == off["params_bytes"]
+  assert 3 * on["activation_bytes"] < off["activation_bytes"], (on, off)

@@ -27,23 +27,38 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _start(out, num_processes, process_id, local_devices, port=0):
+def _start(out, num_processes, process_id, local_devices, port=0, hf_dir=""):
   env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep +
              os.environ.get("PYTHONPATH", ""))
   env.pop("XLA_FLAGS", None)
   argv = [sys.executable, os.path.join(HERE, "multiprocess_worker.py"),
           f"--num_processes={num_processes}", f"--process_id={process_id}",
-          f"--port={port}", f"--local_devices={local_devices}", f"--out={out}"]
+          f"--port={port}", f"--local_devices={local_devices}", f"--out={out}",
+          f"--hf_dir={hf_dir}"]
   return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
+
+
+def _hf_checkpoint(directory):
+  """A tiny HF checkpoint written by our own `hf.save` (no downloads) and its logits."""
+  import jax
+  from multiprocess_worker import hf_tokens
+  from rl_post import models
+  from rl_post.models import hf
+  config = models.ModelConfig(vocab_size=64, num_layers=2, embed_dim=32, num_heads=4,
+                              num_kv_heads=2, head_dim=8, mlp_dim=64, attention_impl="xla")
+  params = models.init_params(config, jax.random.key(7))
+  hf.save(str(directory), config, params)
+  return np.asarray(models.apply(config, params, hf_tokens(config.vocab_size)))
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
   root = tmp_path_factory.mktemp("multiprocess")
+  hf_logits = _hf_checkpoint(root / "hf")
   port = _free_port()
-  procs = [_start(root / "two", 2, 0, 4, port), _start(root / "two", 2, 1, 4, port),
-           _start(root / "one", 1, 0, 8)]
+  procs = [_start(root / "two", 2, i, 4, port, root / "hf") for i in (0, 1)]
+  procs.append(_start(root / "one", 1, 0, 8, hf_dir=root / "hf"))
   try:
     logs = [p.communicate(timeout=600)[0] for p in procs]
   finally:
@@ -52,18 +67,19 @@ def results(tmp_path_factory):
         p.kill()
   for p, log in zip(procs, logs):
     assert p.returncode == 0, log[-3000:]
-  return (dict(np.load(root / "two" / "result.npz")), dict(np.load(root / "one" / "result.npz")))
+  return (dict(np.load(root / "two" / "result.npz")), dict(np.load(root / "one" / "result.npz")),
+          hf_logits)
 
 
 def test_each_process_builds_only_its_rows(results):
-  two, one = results
+  two, one, _ = results
   np.testing.assert_array_equal(two["rows"], [[0, 4], [4, 8]])
   np.testing.assert_array_equal(one["rows"], [[0, 8]])
 
 
 @pytest.mark.parametrize("algo", ["sft", "grpo"])
 def test_two_processes_match_one_process(results, algo):
-  two, one = results
+  two, one, _ = results
   keys = sorted(k for k in one if k.startswith(f"{algo}/") and "/rows/" not in k)
   assert keys == sorted(k for k in two if k.startswith(f"{algo}/") and "/rows/" not in k)
   assert any("/params/" in k for k in keys) and any("/metrics/loss/" in k for k in keys)
@@ -71,6 +87,16 @@ def test_two_processes_match_one_process(results, algo):
   assert one[f"{algo}/metrics/loss/0"] != one[f"{algo}/metrics/loss/1"]
   for k in keys:
     np.testing.assert_allclose(two[k], one[k], atol=TOL, rtol=TOL, err_msg=k)
+
+
+def test_hf_import_onto_a_two_process_mesh_gives_the_same_logits(results):
+  two, one, want = results
+  # the embedding is split over fsdp and tensor: each process holds only its 4 shards of 8
+  assert not two["hf/embed_fully_addressable"] and two["hf/embed_local_shards"] == 4
+  assert one["hf/embed_fully_addressable"] and one["hf/embed_local_shards"] == 8
+  assert np.abs(want).max() > 1e-2
+  np.testing.assert_allclose(two["hf/logits"], want, atol=TOL, rtol=TOL)
+  np.testing.assert_allclose(one["hf/logits"], want, atol=TOL, rtol=TOL)
 
 
 def test_resolve_off_explicit_and_env():
@@ -177,3 +203,13 @@ def test_two_process_sft_resumes_after_kill_9_and_matches_one_process(tokenizer_
   for step in want:
     np.testing.assert_allclose(got[step], want[step], atol=TOL, rtol=TOL, err_msg=str(step))
   assert (tmp_path / "two" / "export").exists()
+
+
+def test_process_block_splits_reward_rows_evenly_and_in_order():
+  from rl_post.parallel.process_rewards import process_block
+  blocks = [process_block(10, p, 3) for p in range(3)]
+  assert [(b.start, b.stop) for b in blocks] == [(0, 3), (3, 6), (6, 10)]
+  assert [process_block(2, p, 4) for p in range(4)] == [slice(0, 0), slice(0, 1), slice(1, 1),
+                                                         slice(1, 2)]
+  with pytest.raises(ValueError, match=r"not in \[0, 2\)"):
+    process_block(4, 2, 2)

@@ -186,9 +186,44 @@ def test_continuous_batching_equals_static_token_for_token(params):
   cont, stats = generate_continuous(params, prompts, lens, seeds, model_config=CONFIG,
                                     config=ALL_ON, num_slots=4, eos_id=None, pad_id=PAD,
                                     max_new_tokens=budgets)
-  assert stats.refills >= 2 and stats.prefilled_rows == n - 4
+  assert stats.refills >= 2 and stats.prefilled_rows == n - 4 and stats.shrinks >= 1, stats
   np.testing.assert_array_equal(cont.tokens_BxT, static.tokens_BxT)
   np.testing.assert_array_equal(cont.loss_mask_BxT, static.loss_mask_BxT)
   np.testing.assert_array_equal(cont.finished_B, static.finished_B)
   np.testing.assert_allclose(cont.logp_BxT, static.logp_BxT, atol=1e-5)
   assert (cont.response_lens_B <= budgets).all() and (cont.response_lens_B >= 1).all()
+
+
+def test_continuous_stop_strings_equal_static(params):
+  from rl_post.sampling.continuous import generate_continuous
+  rng = np.random.default_rng(4)
+  n = 10
+  prompts = jnp.asarray(rng.integers(7, 61, (n, 6)), jnp.int32)
+  lens = jnp.asarray(rng.integers(1, 7, n), jnp.int32)
+  seeds = jnp.arange(n, dtype=jnp.int32) * 11 + 3
+  budgets = rng.integers(4, 13, n)
+  detok = lambda ids: "".join(chr(ord("a") + t % 26) for t in ids)
+  config = dataclasses.replace(ALL_ON, stop_strings=("g", "xa"), stop_check_interval=3)
+  static = jax.device_get(_gen(params, prompts, lens, config, seeds_B=seeds,
+                               max_new_tokens=budgets, detokenize=detok))
+  cont, _ = generate_continuous(params, prompts, lens, seeds, model_config=CONFIG,
+                                config=config, num_slots=4, eos_id=None, pad_id=PAD,
+                                max_new_tokens=budgets, detokenize=detok)
+  cut = [detok(static.tokens_BxT[b, int(lens[b]):int(lens[b]) + int(static.response_lens_B[b])])
+         for b in range(n)]
+  by_string = [b for b in range(n) if cut[b].endswith(("g", "xa"))]
+  assert len(by_string) >= 4 and all(static.finished_B[b] for b in by_string), cut
+  assert all("g" not in c[:-1] and "xa" not in c[:-1] for c in cut), cut
+  assert any(c.endswith("xa") for c in cut), cut
+  # checking every step, the two tokens of "xa" land in different checks: same cut
+  every_step = jax.device_get(_gen(params, prompts, lens,
+                                   dataclasses.replace(config, stop_check_interval=1),
+                                   seeds_B=seeds, max_new_tokens=budgets, detokenize=detok))
+  np.testing.assert_array_equal(every_step.tokens_BxT, static.tokens_BxT)
+  np.testing.assert_array_equal(cont.tokens_BxT, static.tokens_BxT)
+  np.testing.assert_array_equal(cont.loss_mask_BxT, static.loss_mask_BxT)
+  np.testing.assert_array_equal(cont.finished_B, static.finished_B)
+  np.testing.assert_allclose(cont.logp_BxT, static.logp_BxT, atol=1e-5)
+  with pytest.raises(ValueError, match="detokenize"):
+    generate_continuous(params, prompts, lens, seeds, model_config=CONFIG, config=config,
+                        num_slots=4, eos_id=None, pad_id=PAD)

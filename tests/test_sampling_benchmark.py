@@ -20,10 +20,11 @@ def test_sampling_benchmark_smoke(tmp_path):
   systems = {(r["workload"], r["system"]) for r in result["rows"]}
   assert systems == {("a", "rl_post engine"), ("a", "rl_post main (static)"),
                      ("a", "HF generate (torch)"), ("d", "rl_post continuous"),
-                     ("d", "rl_post static")}
+                     ("d", "rl_post continuous (no shrink)"), ("d", "rl_post static")}
   by = {(r["workload"], r["system"]): r for r in result["rows"]}
   assert by["a", "HF generate (torch)"]["hf_logit_max_diff"] < 1e-4  # same weights
   assert by["d", "rl_post continuous"]["tokens_equal_static"]
+  assert by["d", "rl_post continuous"]["divergence"] == []
   assert 0 < by["a", "rl_post engine"]["prefill_mfu"] and result["matmul_peak_gflops"] > 0
   assert all(r["tokens_per_s"] > 0 for r in result["rows"])
   assert "engine x" in proc.stdout

@@ -2,6 +2,13 @@
 
   python experiments/benchmarks/grpo_step.py              # SmolLM2-135M memory + timed small model
   python experiments/benchmarks/grpo_step.py --smoke --out=/tmp/grpo_step.json   # tiny sizes
+  python experiments/benchmarks/grpo_step.py --whole_step_only   # whole step: ours, TRL, Tunix
+
+Whole GRPO step (rollout + reward + reference + update) of ours, TRL's
+GRPOTrainer and Tunix's GRPOLearner on sampling.py's workloads (a) and (b),
+each in its own process pinned to one core (step_baselines.py; the
+baselines' environments come from setup_baselines.sh). Default: all three,
+none with --smoke.
 
 Variants of the same GRPO update (loss, gradient, AdamW step):
   baseline   main's path: full [N, T, V] f32 logits, log-softmax and entropy
@@ -25,9 +32,11 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -41,8 +50,11 @@ from rl_post.rl.logprobs import token_logprobs_from_logits  # noqa: E402
 from rl_post.rl.train_step import make_rl_train_step  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 from rl_post.training.step import make_train_step  # noqa: E402
+import step_baselines  # noqa: E402
+import update_speed  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "grpo_step.json")
+WHOLE_RESULTS = os.path.join(os.path.dirname(RESULTS), "grpo_step_whole.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,27 +209,71 @@ def table(rows) -> str:
   return "\n".join(lines)
 
 
+def run_update_speed(args) -> list[dict]:
+  """CPU seconds of the update on one pinned core, this tree vs `--before-ref` (full runs)."""
+  if args.smoke or args.whole_step_only:  # update_speed.py has its own smoke test
+    return []
+  speed = update_speed.compare(args.before_ref, repeats=max(args.repeats, 5))
+  print("update speed, one pinned core, CPU seconds (experiments/benchmarks/update_speed.py):")
+  print(update_speed.table(speed))
+  return speed
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--smoke", action="store_true", help="tiny sizes, no SmolLM2")
   parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--out", default=RESULTS)
+  parser.add_argument("--out", default=None, help=f"default {RESULTS} ({WHOLE_RESULTS} with "
+                      "--whole_step_only)")
+  parser.add_argument("--whole_step_only", action="store_true",
+                      help="only the whole-step rows (no update variants, no SmolLM2)")
+  parser.add_argument("--whole_step", default=None,
+                      help="systems of the whole-step rows: ours,trl,tunix (default; '' with --smoke)")
+  parser.add_argument("--whole_steps", type=int, default=6, help="steps per system (first apart)")
+  parser.add_argument("--trl_python", default=None, help="default: <envs>/trl/bin/python")
+  parser.add_argument("--tunix_python", default=None, help="default: <envs>/tunix/bin/python")
+  parser.add_argument("--core", type=int, default=None, help="CPU of the whole-step rows")
+  parser.add_argument("--before-ref", default=update_speed.BEFORE_REF,
+                      help="git ref the update-speed rows compare this tree with")
   args = parser.parse_args(argv)
-  small = small_workload(args.smoke)
-  tokens = small.rl.minibatch_size * (small.rl.max_prompt_len + small.rl.max_new_tokens)
-  e, f, v = small.model.embed_dim, small.model.mlp_dim, small.model.vocab_size
-  peak = matmul_peak_gflops([(tokens, e, f), (tokens, f, e), (tokens, e, v)], args.repeats)
-  rows = run_workload(small, args.repeats, peak)
-  if not args.smoke:
-    rows += run_workload(smollm2_workload(), args.repeats, peak)
-  print(f"matmul peak (best of the model's shapes, f32): {peak:.1f} GFLOP/s")
-  print(table(rows))
+  systems = step_baselines.interpreters(  # a missing baseline env fails here, first
+      step_baselines.parse_systems(("" if args.smoke else "ours,trl,tunix")
+                                   if args.whole_step is None else args.whole_step),
+      {"trl": args.trl_python, "tunix": args.tunix_python})
+  args.out = args.out or (WHOLE_RESULTS if args.whole_step_only else RESULTS)
+  rows, peak = [], None
+  if not args.whole_step_only:
+    small = small_workload(args.smoke)
+    tokens = small.rl.minibatch_size * (small.rl.max_prompt_len + small.rl.max_new_tokens)
+    e, f, v = small.model.embed_dim, small.model.mlp_dim, small.model.vocab_size
+    peak = matmul_peak_gflops([(tokens, e, f), (tokens, f, e), (tokens, e, v)], args.repeats)
+    rows = run_workload(small, args.repeats, peak)
+    if not args.smoke:
+      rows += run_workload(smollm2_workload(), args.repeats, peak)
+  whole, load = [], os.getloadavg()
+  if systems:
+    core = max(os.sched_getaffinity(0)) if args.core is None else args.core
+    whole = step_baselines.whole_step_rows(systems, args.smoke, args.whole_steps, core,
+                                           tempfile.mkdtemp(prefix="grpo_step_whole_"))
+  if rows:
+    print(f"matmul peak (best of the model's shapes, f32): {peak:.1f} GFLOP/s")
+    print(table(rows))
+  if whole:
+    print(f"\nwhole GRPO step, one core, beta {step_baselines.BETA}; load avg before "
+          f"{load[0]:.1f}, after {os.getloadavg()[0]:.1f}")
+    print(step_baselines.table(whole))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  speed = run_update_speed(args)
   with open(args.out, "w") as fh:
-    json.dump({"matmul_peak_gflops": peak, "devices": str(jax.devices()), "rows": rows}, fh,
-              indent=1)
+    json.dump({"matmul_peak_gflops": peak, "devices": str(jax.devices()), "rows": rows,
+               "whole_step": whole, "whole_step_load_avg": [load, os.getloadavg()],
+               "update_speed": speed}, fh, indent=1)
   return rows
 
 
 if __name__ == "__main__":
-  main()
+  try:
+    main()
+  except step_baselines.BaselineEnvMissing as e:
+    print(f"grpo_step: {e}", file=sys.stderr)
+    sys.exit(2)

@@ -13,8 +13,9 @@ logits are checked against ours. Workloads (one GRPO rollout batch each):
   c: SmolLM2-135M architecture (random weights), 8 prompts x G=4, response 64
   d: like b, 64 requests (4 rollout batches of 16) with response budgets
      drawn from 8..256, 16 slots: continuous batching (refill as soon as a
-     slot frees) vs the static path (batches of 16, each as long as its
-     longest row)
+     slot frees; the draining batch halves as rows finish, and without
+     that) vs the static path (batches of 16, each as long as its longest
+     row)
 No EOS: every row samples its full budget (temperature 1, no truncation),
 so all systems generate the same number of tokens. Times are CPU seconds
 of the pinned single-threaded process (wall seconds are in the JSON too:
@@ -43,7 +44,7 @@ import sampling_legacy  # noqa: E402
 
 from rl_post import models  # noqa: E402
 from rl_post.models import hf as hf_lib  # noqa: E402
-from rl_post.sampling import engine  # noqa: E402
+from rl_post.sampling import controls, engine  # noqa: E402
 from rl_post.sampling.continuous import generate_continuous  # noqa: E402
 from rl_post.sampling.sampler import SamplingConfig, generate, row_seeds  # noqa: E402
 
@@ -169,6 +170,26 @@ def run_static(name, w, config, params, repeats, peak, with_hf):
   return rows
 
 
+def divergence(config, params, static_NxT, cont_NxT, seeds_N, prompt_len):
+  """Where continuous and static tokens first differ, and how close that draw was.
+
+  For each differing row: the slot, the two tokens, and the distance of
+  u * total from the CDF boundary between them (from a full forward of the
+  shared prefix): ~1e-7 means a float rounding flip, not a bug.
+  """
+  out = []
+  for r in np.nonzero((static_NxT != cont_NxT).any(axis=1))[0]:
+    t = int(np.nonzero(static_NxT[r] != cont_NxT[r])[0][0])
+    logits = models.apply(config, params, jnp.asarray(static_NxT[r:r + 1, :t]))[0, -1]
+    cdf = np.cumsum(np.asarray(jax.nn.softmax(logits), np.float64))
+    u = float(controls.row_uniforms(jnp.asarray(seeds_N[r:r + 1]), jnp.asarray([t]))[0])
+    lo = min(int(static_NxT[r, t]), int(cont_NxT[r, t]))
+    out.append(dict(row=int(r), response_token=t - prompt_len + 1,
+                    tokens=[int(static_NxT[r, t]), int(cont_NxT[r, t])],
+                    cdf_margin=float(abs(u * cdf[-1] - cdf[lo]))))
+  return out
+
+
 def run_continuous(name, w, config, params, repeats):
   rng = np.random.default_rng(1)
   n, p, slots = w["requests"], w["prompt"], w["slots"]
@@ -184,14 +205,18 @@ def run_continuous(name, w, config, params, repeats):
                      model_config=config, config=sampling, eos_id=None, pad_id=0,
                      max_new_tokens=budgets[j:j + slots]).tokens_BxT for j in range(0, n, slots)]
 
-  def continuous(i):
+  def continuous(i, shrink=True):
     return generate_continuous(params, prompts, lens, seeds(i), model_config=config,
                                config=sampling, num_slots=slots, eos_id=None, pad_id=0,
-                               max_new_tokens=budgets, refill_fraction=1 / slots)[0].tokens_BxT
-  a, b = jax.device_get(static(7)), continuous(7)
-  same = bool(np.array_equal(np.concatenate(a), b))
-  rows = [_measure(dict(workload=name, system="rl_post continuous", tokens_equal_static=same),
+                               max_new_tokens=budgets, refill_fraction=1 / slots,
+                               shrink=shrink)[0].tokens_BxT
+  a, b = np.concatenate(jax.device_get(static(7))), continuous(7)
+  same = bool(np.array_equal(a, b))
+  rows = [_measure(dict(workload=name, system="rl_post continuous", tokens_equal_static=same,
+                        divergence=divergence(config, params, a, b, seeds(7), p)),
                    continuous, repeats),
+          _measure(dict(workload=name, system="rl_post continuous (no shrink)"),
+                   lambda i: continuous(i, shrink=False), repeats),
           _measure(dict(workload=name, system="rl_post static"), static, repeats)]
   for row in rows:
     row.update(tokens=int(budgets.sum()), tokens_per_s=float(budgets.sum()) / row["seconds"])

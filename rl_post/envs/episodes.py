@@ -13,8 +13,9 @@ goes to its env; the tool calls of all rows that made one run in one
 `sampler.extend` (mask 1, loss mask 0, no behaviour log-prob), which
 resumes generation for exactly those rows. A row ends when its turn has no
 tool call, it submits, it reaches `max_turns`, or its next tool response
-would not fit in the sequence (`sampling.max_new_tokens` is the total token
-budget of the response: model turns plus tool responses).
+would not fit in its budget: `sampling.max_new_tokens` is the total token
+budget of each row's response (model turns plus tool responses), and a
+turn's budget is `turn_tokens` cut to what is left of it (`turn_budgets`).
 
 Tools run while no row generates (the engine decodes a batch in lockstep),
 so time is split between generation and tools; the metrics record both.
@@ -60,6 +61,13 @@ def with_call_stop(sampling: SamplingConfig) -> SamplingConfig:
   if protocol.CALL_CLOSE in sampling.stop_strings:
     return sampling
   return dataclasses.replace(sampling, stop_strings=sampling.stop_strings + (protocol.CALL_CLOSE,))
+
+
+def turn_budgets(prompt_lens_B, lengths_B, turn_tokens: int, max_new_tokens: int):
+  """Per-row sampling budget of the next turn: `turn_tokens`, cut so that no row's
+  response (model turns plus tool responses) passes `max_new_tokens`; >= 1."""
+  left_B = np.asarray(prompt_lens_B) + max_new_tokens - np.asarray(lengths_B)
+  return np.clip(left_B, 1, turn_tokens).astype(np.int32)
 
 
 def _prompt_batch(token_lists, pad_id):
@@ -125,7 +133,9 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
     active = snap["pending"]
     rollout, state = resume.rebuild(params, snap, model_config=model_config, sampling=sampling,
                                     pad_id=tokenizer.pad_id, eos_id=tokenizer.eos_id,
-                                    turn_tokens=config.turn_tokens,
+                                    budget_B=turn_budgets(
+                                        lens, resume.lengths_after_append(snap),
+                                        config.turn_tokens, sampling.max_new_tokens),
                                     detokenize=tokenizer.decode)
   while active:
     tokens, lengths = jax.device_get((state.tokens_BxT, state.lengths_B))
@@ -140,7 +150,8 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
       if done:
         continue
       ids = encode_observation(observation)
-      if lengths[b] + len(ids) + 1 > capacity:
+      end = min(capacity, int(lens[b]) + sampling.max_new_tokens)  # the row's token budget
+      if lengths[b] + len(ids) + 1 > end:
         exhausted[b] = True
         envs[b].end_out_of_context(observation)
         continue
@@ -156,7 +167,10 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
           state, prompts, lens, rows, appended, envs, turn_start, calls, exhausted, metrics,
           task_ids))
     start = time.perf_counter()
-    rollout, state = extend(params, state, rows, appended, **common)
+    after = lengths + np.bincount(rows, [len(ids) for ids in appended], batch).astype(np.int32)
+    rollout, state = extend(params, state, rows, appended, **dict(
+        common, max_new_tokens=turn_budgets(lens, after, config.turn_tokens,
+                                            sampling.max_new_tokens)))
   if checkpoint_path and os.path.exists(checkpoint_path):
     os.remove(checkpoint_path)  # the batch is complete; a rerun starts afresh
   start = time.perf_counter()

@@ -57,11 +57,20 @@ def snapshot_of(state, prompts, lens, pending, appended, envs, turn_start, calls
   return snap
 
 
-def rebuild(params, snap, *, model_config, sampling, pad_id, eos_id, turn_tokens, detokenize):
-  """The DecodeState after the snapshot's pending responses, generation resumed."""
+def lengths_after_append(snap) -> np.ndarray:
+  """Each row's length once the snapshot's pending tool responses are appended."""
+  after = np.array(snap["lengths"], np.int32)
+  for b, ids in zip(snap["pending"], snap["appended"]):
+    after[b] += len(ids)
+  return after
+
+
+def rebuild(params, snap, *, model_config, sampling, pad_id, eos_id, budget_B, detokenize):
+  """The DecodeState after the snapshot's pending responses, generation resumed with
+  per-row budgets `budget_B` (what the uninterrupted loop would have passed)."""
   prompts, lens = sampler.pad_prompts(snap["prompts"], snap["lens"], sampling, pad_id)
   batch, capacity = snap["tokens"].shape
-  budget = sampler.budget(sampling, turn_tokens, batch)
+  budget = sampler.budget(sampling, budget_B, batch)
   state = engine.prefill(params, jnp.asarray(prompts), jnp.asarray(lens),
                          jnp.asarray(snap["seeds"]), budget, model_config=model_config,
                          capacity=capacity, group_size=1, pad_id=pad_id)

@@ -142,6 +142,9 @@ def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
   if rl.async_rewards:
     raise ValueError("episodes.enabled needs rl.async_rewards=False: an episode round scores "
                      "its episodes itself (the verifier runs at each episode's end)")
+  if section.turn_tokens > rl.max_new_tokens:
+    raise ValueError(f"episodes.turn_tokens ({section.turn_tokens}) must be <= "
+                     f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")
   return EpisodeRounds(section, seed=int(config.seed), tokenizer=tokenizer, sampling=sampling)
 
 
@@ -153,7 +156,7 @@ def episode_rewards(verifier_B, calls_B, successes_B, weight: float) -> np.ndarr
           + weight * np.where(calls > 0, ok / np.maximum(calls, 1), 0.0)).astype(np.float32)
 
 
-def reward_batch(tasks_N, verifier_N, calls_N, successes_N, weight: float) -> RewardBatch:
+def reward_batch(verifier_N, calls_N, successes_N, weight: float) -> RewardBatch:
   """The trainer's RewardBatch of N episodes.
 
   Components: "outcome" (the verifier), "call_success" (fraction of
@@ -239,7 +242,7 @@ class EpisodeRounds:
                             sandbox=self.sandbox, rng=key, config=self.config.episode,
                             metrics=self._metrics, **self.encoders)
     with timer("reward"):
-      rewards = reward_batch(tasks_N, result.rewards_B, result.calls_B,
+      rewards = reward_batch(result.rewards_B, result.calls_B,
                              [env.call_successes for env in envs],
                              self.config.call_success_weight)
       tokens = c.shard(np.asarray(result.rollout.tokens_BxT))
@@ -255,5 +258,8 @@ class EpisodeRounds:
     metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts,
                                           rewards.rewards_N, rewards.components,
                                           rewards.error_kinds)
-    metrics.update({f"episodes/{k}": float(v) for k, v in self._metrics.summary().items()})
+    summary = self._metrics.summary()
+    metrics.update({f"episodes/{k}": float(v) for k, v in summary.items()})
+    busy = summary["tool_seconds"] + summary["generation_seconds"]
+    metrics["episodes/tool_time_frac"] = summary["tool_seconds"] / busy if busy else 0.0
     return metrics

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from rl_post.data import batching
+from rl_post.parallel import process_data
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import ERROR_KINDS
 from rl_post.sampling.sampler import SamplingConfig, generate
@@ -63,7 +64,7 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
       if shard is not None:
         prompts, lens = shard((prompts, lens))
       key = jax.random.fold_in(jax.random.fold_in(rng, sample), start)
-      rollout = jax.device_get(generate(params, prompts, lens, key, model_config=model_config,
+      rollout = process_data.fetch(generate(params, prompts, lens, key, model_config=model_config,
                                         config=sampling, eos_id=tokenizer.eos_id,
                                         pad_id=tokenizer.pad_id))
       texts = batching.decode_responses(tokenizer, rollout.tokens_BxT[:len(chunk)],

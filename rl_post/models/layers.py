@@ -12,7 +12,7 @@ from flax import nnx
 from rl_post.kernels import attention as attention_kernels
 from rl_post.models import rope
 from rl_post.models.config import ModelConfig
-from rl_post.parallel import ring_attention
+from rl_post.parallel import ring_attention, sharding
 
 _init = nnx.initializers
 
@@ -51,6 +51,39 @@ class Embed(nnx.Module):
                       preferred_element_type=jnp.float32)
 
 
+@jax.custom_vjp
+def swiglu_MxE(x_MxE, gate_ExF, up_ExF, down_FxE):
+  """down(silu(x gate) * (x up)) on 2-D rows, with a hand-written backward.
+
+  Same maths as autodiff of the forward; the backward saves only the
+  two [M, F] pre-activations (autodiff also keeps sigmoid, silu and their
+  product) and writes every gradient as a plain 2-D matmul.
+  """
+  return _swiglu_fwd(x_MxE, gate_ExF, up_ExF, down_FxE)[0]
+
+
+def _swiglu_fwd(x_MxE, gate_ExF, up_ExF, down_FxE):
+  gate_MxF = x_MxE @ gate_ExF
+  up_MxF = x_MxE @ up_ExF
+  out_MxE = (jax.nn.silu(gate_MxF) * up_MxF) @ down_FxE
+  return out_MxE, (x_MxE, gate_MxF, up_MxF, gate_ExF, up_ExF, down_FxE)
+
+
+def _swiglu_bwd(residuals, d_out_MxE):
+  x_MxE, gate_MxF, up_MxF, gate_ExF, up_ExF, down_FxE = residuals
+  sig_MxF = jax.nn.sigmoid(gate_MxF)
+  silu_MxF = gate_MxF * sig_MxF
+  d_hidden_MxF = d_out_MxE @ down_FxE.T
+  d_up_MxF = d_hidden_MxF * silu_MxF
+  d_gate_MxF = d_hidden_MxF * up_MxF * (sig_MxF * (1 + gate_MxF * (1 - sig_MxF)))
+  d_x_MxE = d_gate_MxF @ gate_ExF.T + d_up_MxF @ up_ExF.T
+  return (d_x_MxE, x_MxE.T @ d_gate_MxF, x_MxE.T @ d_up_MxF,
+          (silu_MxF * up_MxF).T @ d_out_MxE)
+
+
+swiglu_MxE.defvjp(_swiglu_fwd, _swiglu_bwd)
+
+
 class MLP(nnx.Module):
   """SwiGLU: down(silu(gate(x)) * up(x))."""
 
@@ -63,9 +96,10 @@ class MLP(nnx.Module):
 
   def __call__(self, x_BxTxE):
     dt = self.dtype
-    gate = jnp.einsum("bte,ef->btf", x_BxTxE, self.gate[...].astype(dt))
-    up = jnp.einsum("bte,ef->btf", x_BxTxE, self.up[...].astype(dt))
-    return jnp.einsum("btf,fe->bte", jax.nn.silu(gate) * up, self.down[...].astype(dt))
+    # [B*T, E] rows: XLA:CPU runs the backward of 2-D matmuls much faster than 3-D einsums
+    x_MxE = x_BxTxE.reshape(-1, x_BxTxE.shape[-1])
+    weights = (self.gate[...].astype(dt), self.up[...].astype(dt), self.down[...].astype(dt))
+    return swiglu_MxE(x_MxE, *weights).reshape(x_BxTxE.shape)
 
 
 class Attention(nnx.Module):
@@ -92,7 +126,10 @@ class Attention(nnx.Module):
       self.q_bias = self.k_bias = self.v_bias = None
 
   def _project(self, x_BxTxE, kernel, bias):
-    out = jnp.einsum("bte,ehd->bthd", x_BxTxE, kernel[...].astype(self.dtype))
+    b, t, e = x_BxTxE.shape
+    _, h, d = kernel.shape
+    out = (x_BxTxE.reshape(b * t, e) @ kernel[...].astype(self.dtype).reshape(e, h * d))
+    out = out.reshape(b, t, h, d)
     if bias is not None:
       out = out + bias[...].astype(self.dtype)[None, None]
     return out
@@ -147,7 +184,11 @@ class Attention(nnx.Module):
     else:
       out = attention_kernels.flash_attention(
           q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)
-    out = jnp.einsum("bthd,hde->bte", out.astype(self.dtype), self.o_proj[...].astype(self.dtype))
+    # (heads, head_dim) flattened on both sides: one plain 2-D matmul, so XLA
+    # never transposes o_proj (it did, on every decode step).
+    b, t, h, d = out.shape
+    o_proj_HDxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
+    out = (out.astype(self.dtype).reshape(b * t, h * d) @ o_proj_HDxE).reshape(b, t, -1)
     return out, new_cache
 
 
@@ -181,9 +222,12 @@ class Block(nnx.Module):
 
   def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None,
                context_mesh=None, cache_extend=False):
+    # the residual stream, and so what each layer keeps for backward, is split over `batch`
+    # (with fsdp the partitioner would otherwise follow the params and split it over `embed`)
+    x_BxTxE = sharding.constrain_batch(x_BxTxE)
     attn_out, new_cache = self.attn(self.attn_norm(x_BxTxE), positions_BxT,
                                     segment_ids_BxT=segment_ids_BxT, cache=cache,
                                     context_mesh=context_mesh, cache_extend=cache_extend)
-    x_BxTxE = x_BxTxE + attn_out
+    x_BxTxE = sharding.constrain_batch(x_BxTxE + attn_out)
     x_BxTxE = x_BxTxE + self.mlp(self.mlp_norm(x_BxTxE))
-    return x_BxTxE, new_cache
+    return sharding.constrain_batch(x_BxTxE), new_cache

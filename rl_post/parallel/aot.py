@@ -111,7 +111,7 @@ def kv_cache_bytes(model_config, mesh, rules, rows: int, seq_len: int) -> int:
 
 
 def check(model_config, target: Target, mesh_axes: dict, rows: int, seq_len: int,
-          rules=sharding.DEFAULT_RULES) -> dict:
+          rules=sharding.DEFAULT_RULES, *, constrain_activations: bool = True) -> dict:
   """Compiles the GRPO train step for `target` and returns per-device bytes.
 
   Args:
@@ -120,6 +120,9 @@ def check(model_config, target: Target, mesh_axes: dict, rows: int, seq_len: int
     mesh_axes: the `mesh` config section, e.g. {"data": 1, "fsdp": -1}.
     rows: rollouts per train step (N = B x G); the sampler holds as many.
     seq_len: prompt + response tokens (T).
+    constrain_activations: compile with the mesh in context, as a run does, so
+      the model's `batch` constraints apply; False shows what the partitioner
+      picks without them.
   Returns:
     A dict of byte counts per device, `total_bytes` (train step peak:
     arguments + temps), `fits` against the target's HBM, and `devices`.
@@ -144,7 +147,11 @@ def check(model_config, target: Target, mesh_axes: dict, rows: int, seq_len: int
   step = jit_train_step(make_rl_train_step(model_config, rl, optimizer,
                                            context_mesh=mesh_lib.context_mesh(mesh)),
                         shardings, batch_sh)
-  compiled = step.lower(abstract_state, batch).compile()
+  if constrain_activations:
+    with sharding.use_mesh(mesh, rules):  # as setup_run: activations follow the rules
+      compiled = step.lower(abstract_state, batch).compile()
+  else:
+    compiled = step.lower(abstract_state, batch).compile()
   stats = compiled.memory_analysis()
   report = dict(
       devices=how, num_devices=len(devices),
@@ -155,7 +162,7 @@ def check(model_config, target: Target, mesh_axes: dict, rows: int, seq_len: int
       batch_bytes=_bytes_per_device(batch, batch_sh),
       activation_bytes=int(stats.temp_size_in_bytes),
       kv_cache_bytes=kv_cache_bytes(model_config, mesh, rules, rows, seq_len),
-      hbm_bytes=target.hbm_bytes)
+      hbm_bytes=target.hbm_bytes, constrain_activations=constrain_activations)
   report["total_bytes"] = int(stats.argument_size_in_bytes + stats.temp_size_in_bytes)
   report["sampler_bytes"] = report["params_bytes"] + report["kv_cache_bytes"]
   report["fits"] = max(report["total_bytes"], report["sampler_bytes"]) <= target.hbm_bytes

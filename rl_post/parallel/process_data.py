@@ -10,7 +10,7 @@ blocks into one global `jax.Array` with
 `device_put`.
 """
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -61,6 +61,20 @@ def global_batch(local_tree: Any, batch_shardings: Any, global_rows: int) -> Any
   return jax.tree_util.tree_map_with_path(one, local_tree, batch_shardings)
 
 
+def build_local(make_rows, items: Sequence, sharding_for: Callable[[int], jax.sharding.Sharding]):
+  """Global arrays of `make_rows(items)` where each process builds only its rows.
+
+  Args:
+    make_rows: items -> pytree of numpy arrays with one row per item (e.g.
+      tasks -> (prompts_BxP, prompt_lens_B)).
+    items: the whole batch's items (the same on every process).
+    sharding_for: ndim -> the batch sharding of a leaf with that many dims.
+  """
+  n = len(items)
+  local = make_rows(items[local_rows(sharding_for(1), n)])
+  return global_batch(local, jax.tree.map(lambda x: sharding_for(np.ndim(x)), local), n)
+
+
 def put_batch(tree: Any, batch_shardings: Any) -> Any:
   """A host-global numpy batch (the same on every process) as global arrays.
 
@@ -79,7 +93,19 @@ def put_batch(tree: Any, batch_shardings: Any) -> Any:
 
 
 def fetch(tree: Any) -> Any:
-  """Global arrays as numpy on every process (metrics, small tensors)."""
+  """Every leaf's whole value as numpy on every process (metrics, rollouts, small tensors).
+
+  A global `jax.Array` gives its global value (gathered only when this
+  process does not already hold all of it); with several processes, a
+  numpy leaf is this process's block, and the blocks are concatenated in
+  process order.
+  """
   if jax.process_count() == 1:
     return jax.device_get(tree)
-  return multihost_utils.process_allgather(tree, tiled=True)
+
+  def one(x):
+    if isinstance(x, jax.Array) and (x.is_fully_addressable or x.is_fully_replicated):
+      return np.asarray(jax.device_get(x))
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+  return jax.tree.map(one, tree)

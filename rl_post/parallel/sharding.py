@@ -5,8 +5,17 @@ Parameters carry logical axis names (`embed`, `mlp`, `heads`, `kv_heads`,
 caches `cache_batch`, `cache_length`, `cache_kv_heads`, `head_dim`. The
 rules table, a sequence of `(logical_name, mesh_axis | tuple | None)`, lives
 in the config and is the only place that decides how anything is split.
+
+Activations: the model pins its residual stream to the `batch` rule with
+`constrain_batch` (a `with_sharding_constraint` against the mesh in context,
+`jax.set_mesh`, which `training.run.setup_run` sets together with the run's
+rules via `use_mesh`). Without it the partitioner follows the parameters and,
+with `fsdp > 1`, keeps every layer's saved activations split over `embed`
+for the whole global batch instead of over `batch` (docs/scale.md).
 """
 
+import contextlib
+import math
 from typing import Sequence
 
 import jax
@@ -98,3 +107,51 @@ def replicated(mesh) -> NamedSharding:
 def shard_batch(tree, mesh, rules):
   """device_put every [batch, ...] array of `tree` split along its batch axis."""
   return jax.tree.map(lambda x: jax.device_put(x, batch_sharding(mesh, rules, x.ndim)), tree)
+
+
+_activation_rules = [DEFAULT_RULES]  # the run's rules table; set with the mesh by `use_mesh`
+
+
+def set_activation_rules(rules):
+  """Sets the rules `constrain_batch` reads; returns the previous table."""
+  previous = _activation_rules[0]
+  _activation_rules[0] = tuple(tuple(r) for r in rules)
+  return previous
+
+
+@contextlib.contextmanager
+def use_mesh(mesh, rules):
+  """`jax.set_mesh(mesh)` and the activation rules, restored on exit."""
+  previous = set_activation_rules(rules)
+  try:
+    with jax.set_mesh(mesh):
+      yield mesh
+  finally:
+    set_activation_rules(previous)
+
+
+def batch_axes(mesh_axis_names: Sequence[str], rules=None) -> tuple:
+  """Mesh axes of the `batch` rule that exist in the mesh (default: the activation rules)."""
+  table = {}
+  for name, axes in (rules or _activation_rules[0]):
+    table.setdefault(name, _as_tuple(axes))
+  return tuple(a for a in table.get("batch", ()) if a in mesh_axis_names)
+
+
+def constrain_batch(x):
+  """`x` [batch, ...] with its batch axis split per the `batch` rule, the rest left free.
+
+  A no-op when no mesh is in context (`jax.set_mesh`), inside `shard_map`,
+  or when the batch does not divide over the axes (e.g. a sampler's few
+  prompts), so model code can call it unconditionally.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or any(t == jax.sharding.AxisType.Manual for t in mesh.axis_types):
+    return x
+  axes = batch_axes(mesh.axis_names)
+  size = math.prod(mesh.shape[a] for a in axes)
+  if size <= 1 or x.shape[0] % size:
+    return x
+  free = (PartitionSpec.UNCONSTRAINED,) * (x.ndim - 1)
+  return jax.lax.with_sharding_constraint(
+      x, PartitionSpec(axes if len(axes) > 1 else axes[0], *free))

@@ -83,11 +83,17 @@ def output_matrix_ExV(model_config, params):
   return params["lm_head"].astype(model_config.dtype)
 
 
-def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk: int):
+def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk: int,
+                           mask_BxT=None):
   """(logp_BxT, entropy_BxT) from hidden states, `chunk` positions at a time.
 
   Entry t is about token t given tokens < t (computed from h[:, t-1]);
   entry 0 is 0, as in `token_logprobs_from_logits`. Logits are f32.
+  With `mask_BxT`, a chunk whose positions are all 0 in every row (prompt
+  positions) is not computed, forward or backward, and its entries are 0;
+  chunks are aligned to the end of the sequence, where responses sit, so a
+  response of a multiple of `chunk` tokens after equal-length prompts
+  costs no prompt logits at all.
   """
   if chunk < 1:
     raise ValueError(f"logprob chunk must be >= 1, got {chunk}")
@@ -95,15 +101,18 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
   n = t - 1
   chunk = min(chunk, n)
   num_chunks = -(-n // chunk)
-  pad = num_chunks * chunk - n
-  h_BxNxE = jnp.pad(h_BxTxE[:, :-1], ((0, 0), (0, pad), (0, 0)))
-  next_BxN = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, pad)))
+  pad = num_chunks * chunk - n  # at the front: the last chunk ends at the last position
+  h_BxNxE = jnp.pad(h_BxTxE[:, :-1], ((0, 0), (pad, 0), (0, 0)))
+  next_BxN = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (pad, 0)))
   h_KxBxCxE = h_BxNxE.reshape(b, num_chunks, chunk, e).transpose(1, 0, 2, 3)
   next_KxBxC = next_BxN.reshape(b, num_chunks, chunk).transpose(1, 0, 2)
+  if mask_BxT is None:
+    live_K = jnp.ones((num_chunks,), bool)
+  else:
+    live_BxN = jnp.pad(mask_BxT[:, 1:] != 0, ((0, 0), (pad, 0)))
+    live_K = live_BxN.reshape(b, num_chunks, chunk).any(axis=(0, 2))
 
-  @jax.checkpoint
-  def one_chunk(args):
-    h_BxCxE, next_BxC = args
+  def compute(h_BxCxE, next_BxC):
     logits_BxCxV = jnp.einsum("bce,ev->bcv", h_BxCxE, w_ExV,
                               preferred_element_type=jnp.float32) / temperature
     lse_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
@@ -112,8 +121,20 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
     entropy_BxC = lse_BxC - (probs_BxCxV * logits_BxCxV).sum(-1)
     return picked_BxC - lse_BxC, entropy_BxC
 
-  logp_KxBxC, entropy_KxBxC = jax.lax.map(one_chunk, (h_KxBxCxE, next_KxBxC))
-  unchunk = lambda x: x.transpose(1, 0, 2).reshape(b, num_chunks * chunk)[:, :n]
+  def skip(h_BxCxE, next_BxC):
+    del next_BxC
+    zeros = jnp.zeros(h_BxCxE.shape[:2], jnp.float32)
+    return zeros, zeros
+
+  @jax.checkpoint
+  def one_chunk(args):
+    h_BxCxE, next_BxC, live = args
+    if mask_BxT is None:
+      return compute(h_BxCxE, next_BxC)
+    return jax.lax.cond(live, compute, skip, h_BxCxE, next_BxC)
+
+  logp_KxBxC, entropy_KxBxC = jax.lax.map(one_chunk, (h_KxBxCxE, next_KxBxC, live_K))
+  unchunk = lambda x: x.transpose(1, 0, 2).reshape(b, num_chunks * chunk)[:, pad:]
   zero = jnp.zeros((b, 1), jnp.float32)
   return (jnp.concatenate([zero, unchunk(logp_KxBxC)], axis=1),
           jnp.concatenate([zero, unchunk(entropy_KxBxC)], axis=1))

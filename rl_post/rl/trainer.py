@@ -33,7 +33,8 @@ from rl_post.metrics import progress as progress_lib
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
-from rl_post.parallel import sharding
+from rl_post.parallel import process_data, sharding
+from rl_post.parallel.process_rewards import ProcessSplitPool
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import RewardConfig, reward_metrics
 from rl_post.rl import async_rewards
@@ -122,6 +123,9 @@ class _Components:
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
     # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
     self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
+    if self.episodes is not None and jax.process_count() > 1:
+      raise NotImplementedError("episodes.enabled runs on one process; multi-host RL runs "
+                                "single-turn rounds (docs/scale.md)")
     self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
@@ -155,7 +159,15 @@ class _Components:
                                            ctx.model_config, self.critic_optimizer)
 
   def shard(self, tree):
-    return sharding.shard_batch(tree, self.ctx.mesh, self.ctx.rules)
+    """A host batch (the same on every process) as global [batch, ...] arrays."""
+    return process_data.put_batch(tree, jax.tree.map(lambda x: self._rows(np.ndim(x)), tree))
+
+  def build_rows(self, make_rows, items: list):
+    """Global [batch, ...] arrays of `make_rows(items)`, each process building its rows."""
+    return process_data.build_local(make_rows, items, self._rows)
+
+  def _rows(self, ndim: int):
+    return sharding.batch_sharding(self.ctx.mesh, self.ctx.rules, ndim)
 
 
 def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> dict:
@@ -183,14 +195,14 @@ def _launch_round(c: _Components, params, ref_params, pool, timer, it: int, rnd:
   with timer("rollout"):
     tasks = c.mixture.sample(it, rl.batch_size, round=rnd)
     tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
-    prompts, lens = batching.encode_prompts(tok, tasks_N, rl.max_prompt_len)
-    prompts, lens = c.shard((prompts, lens))
+    prompts, lens = c.build_rows(  # multi-host: each process encodes only its rows
+        lambda ts: batching.encode_prompts(tok, ts, rl.max_prompt_len), tasks_N)
     if rnd:  # refill rounds of dynamic filtering; round 0 keeps the unfiltered key
       key = jax.random.fold_in(key, rnd)
     rollout = generate(params, prompts, lens, key,
                        model_config=c.model_config, config=c.sampling,
                        eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
-    host = jax.device_get(rollout)
+    host = process_data.fetch(rollout)
   with timer("reward"):
     pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
     ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
@@ -206,8 +218,8 @@ def _finish_round(c: _Components, state, launched: dict, timer) -> dict:
     rewards = launched["pending"].result()
   ref_logp = launched["ref_logp"]
   return dict(tasks_N=launched["tasks_N"], host=launched["host"], rewards=rewards,
-              ref_logp=None if ref_logp is None else np.asarray(ref_logp),
-              values=None if values is None else np.asarray(values))
+              ref_logp=None if ref_logp is None else process_data.fetch(ref_logp),
+              values=None if values is None else process_data.fetch(values))
 
 
 def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
@@ -294,7 +306,7 @@ def train(config, workdir: str) -> dict:
     state, start = restore_latest()
     logging.info("resumed from iteration %d", start)
   writer = MetricWriter(workdir, truncate_after_step=start)
-  pool = RewardPool(c.rewards, c.tasks.domain_options)
+  pool = ProcessSplitPool(RewardPool(c.rewards, c.tasks.domain_options))  # per host
   timer = StepTimer()
   pipeline = (async_rewards.RolloutPipeline(rl.async_staleness, rl.num_steps, rl.checkpoint_every)
               if rl.async_rewards else None)
@@ -323,7 +335,7 @@ def train(config, workdir: str) -> dict:
       with timer("train"):
         step_metrics = []
         for mb in _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it)):
-          state, m = c.step_fn(state, jax.device_put(mb, c.batch_sharding))
+          state, m = c.step_fn(state, process_data.put_batch(mb, c.batch_sharding))
           step_metrics.append(m)
         step_metrics = jax.device_get(step_metrics)
       metrics = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}

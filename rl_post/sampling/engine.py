@@ -179,6 +179,12 @@ def insert_rows_impl(state: DecodeState, new: DecodeState, slots_R) -> DecodeSta
   return jax.tree.map(lambda old, x: old.at[slots_R].set(x, mode="drop"), state, new)
 
 
+def take_rows_impl(state: DecodeState, rows_R) -> DecodeState:
+  """The rows rows_R of `state` (a narrower or reordered batch)."""
+  TRACE_COUNTS["take_rows"] += 1
+  return jax.tree.map(lambda x: x[rows_R], state)
+
+
 prefill = jax.jit(prefill_impl, static_argnames=("model_config", "capacity", "group_size",
                                                   "pad_id"))
 decode = jax.jit(decode_impl, static_argnames=("model_config", "config", "pad_id"),
@@ -187,3 +193,4 @@ append = jax.jit(append_impl, static_argnames=("model_config", "pad_id"),
                  donate_argnames=("state",))
 truncate = jax.jit(truncate_impl, static_argnames=("pad_id",), donate_argnames=("state",))
 insert_rows = jax.jit(insert_rows_impl, donate_argnames=("state",))
+take_rows = jax.jit(take_rows_impl)

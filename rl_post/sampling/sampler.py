@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl_post.parallel import process_data
 from rl_post.sampling import engine
 from rl_post.sampling.controls import SamplingConfig, bucket
 
@@ -71,8 +72,8 @@ def row_seeds(rng, batch: int):
 
 
 def pad_prompts(prompts_BxP, prompt_lens_B, config: SamplingConfig, pad_id: int):
-  prompts_BxP = np.asarray(jax.device_get(prompts_BxP))
-  lens = np.asarray(jax.device_get(prompt_lens_B))
+  # (multi-host: each process built its rows; the ids are gathered to bucket and check them)
+  prompts_BxP, lens = (np.asarray(x) for x in process_data.fetch((prompts_BxP, prompt_lens_B)))
   if prompts_BxP.ndim != 2 or lens.shape != prompts_BxP.shape[:1]:
     raise ValueError(f"prompts must be [B, P] with prompt_lens [B]; got {prompts_BxP.shape} "
                      f"and {lens.shape}")
@@ -86,13 +87,38 @@ def pad_prompts(prompts_BxP, prompt_lens_B, config: SamplingConfig, pad_id: int)
   return out, lens.astype(np.int32)
 
 
-def _stop_string_cut(tokens, start, end, detokenize, stop_strings, tail_tokens):
-  """Index after the first token (in [start, end)) completing a stop string, or None."""
+def _stop_string_cut(tokens, start, end, response_start, detokenize, stop_strings, tail_tokens):
+  """Index after the first token (in [start, end)) completing a stop string, or None.
+
+  The text checked for token j is the detokenized window of up to
+  `tail_tokens` tokens ending at j, never reaching before `response_start`,
+  so a match that spans two check intervals is found.
+  """
   for j in range(start, end):
-    text = detokenize([int(t) for t in tokens[max(start, j + 1 - tail_tokens):j + 1]])
+    text = detokenize([int(t) for t in tokens[max(response_start, j + 1 - tail_tokens):j + 1]])
     if any(s in text for s in stop_strings):
       return j + 1
   return None
+
+
+def stop_string_cuts(tokens_BxT, before_B, after_B, response_start_B, rows, detokenize,
+                     stop_strings):
+  """(keep_lens_B, hit_B): where to cut rows whose new tokens complete a stop string.
+
+  Only tokens [before_B[b], after_B[b]) of the given rows are checked;
+  the first completed match wins. Shared by the static and continuous
+  paths, so both cut at the same token.
+  """
+  keep, hit = np.array(after_B), np.zeros(len(after_B), bool)
+  tail = max(len(s) for s in stop_strings) + 8
+  for b in rows:
+    if after_B[b] <= before_B[b]:
+      continue
+    cut = _stop_string_cut(tokens_BxT[b], max(before_B[b], response_start_B[b]), after_B[b],
+                           response_start_B[b], detokenize, stop_strings, tail)
+    if cut is not None:
+      keep[b], hit[b] = cut, True
+  return keep, hit
 
 
 def _run(params, state, config, model_config, pad_id, detokenize):
@@ -104,19 +130,15 @@ def _run(params, state, config, model_config, pad_id, detokenize):
                          config=device_config, pad_id=pad_id)
   if detokenize is None:
     raise ValueError("SamplingConfig.stop_strings needs a `detokenize` callable")
-  call_start = np.asarray(jax.device_get(state.lengths_B))
-  tail = max(len(s) for s in config.stop_strings) + 8
+  # process_data.fetch: the host check sees every row on every process (multi-host)
+  call_start = np.asarray(process_data.fetch(state.lengths_B))
   while True:
-    before = np.asarray(jax.device_get(state.lengths_B))
+    before = np.asarray(process_data.fetch(state.lengths_B))
     state = engine.decode(params, state, jnp.int32(config.stop_check_interval),
                           model_config=model_config, config=device_config, pad_id=pad_id)
-    tokens, after, done = jax.device_get((state.tokens_BxT, state.lengths_B, state.done_B))
-    keep, hit = np.array(after), np.zeros(len(after), bool)
-    for b in np.nonzero(after > before)[0]:
-      cut = _stop_string_cut(tokens[b], max(before[b], call_start[b]), after[b], detokenize,
-                             config.stop_strings, tail)
-      if cut is not None:
-        keep[b], hit[b] = cut, True
+    tokens, after, done = process_data.fetch((state.tokens_BxT, state.lengths_B, state.done_B))
+    keep, hit = stop_string_cuts(tokens, before, after, call_start, range(len(after)),
+                                 detokenize, config.stop_strings)
     if hit.any():
       state = engine.truncate(state, jnp.asarray(keep), jnp.asarray(hit), pad_id=pad_id)
     if bool(np.all(done | hit)):

@@ -79,6 +79,12 @@ def _read_jsonl(path: str) -> list[dict]:
   return out
 
 
+def _is_primary_process() -> bool:
+  import sys
+  jax = sys.modules.get("jax")  # JAX process 0, or True when JAX is not in use
+  return jax is None or jax.process_index() == 0
+
+
 class FaultLog:
   """Appends fault records to <workdir>/faults.jsonl; counts them by kind."""
 
@@ -92,6 +98,8 @@ class FaultLog:
     """Appends one record and fsyncs it (it may precede a SIGKILL)."""
     rec = {"kind": kind, "step": int(step), **info}
     self.records.append(rec)
+    if not _is_primary_process():  # multi-host: every process records, process 0 writes
+      return
     os.makedirs(self.workdir, exist_ok=True)
     with open(self.path, "a", encoding="utf-8") as f:
       f.write(json.dumps(rec, default=str) + "\n")

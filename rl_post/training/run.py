@@ -138,6 +138,8 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   sharding.validate_rules(rules, mesh.axis_names)
+  jax.set_mesh(mesh)  # the run's mesh in context: model activations follow `rules` too
+  sharding.set_activation_rules(rules)
   if tokenizer is None:
     if not os.path.exists(config.tokenizer.path):
       raise MissingInputError("tokenizer.path", config.tokenizer.path,

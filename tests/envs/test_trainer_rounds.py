@@ -1,5 +1,7 @@
 """Episodes through the config-driven RL trainer: GRPO learns, PPO steps and resumes exactly."""
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -31,7 +33,7 @@ def test_grpo_episodes_raise_tool_call_success_and_reward(tmp_path):
     assert m["guard/skipped"] == 0 and m["episodes/episodes"] == 8
     assert m["episodes/tool_calls"] > 0 and m["episodes/generation_seconds"] > 0
     assert 0 < m["episodes/episode_tokens_p50"] <= m["episodes/episode_tokens_p90"] <= (
-        m["episodes/episode_tokens_p100"])
+        m["episodes/episode_tokens_p100"]) <= config.rl.max_new_tokens  # the episode budget
     assert 1 <= m["episodes/turns_per_episode"] <= config.episodes.max_turns
     errors = sum(v for k, v in m.items() if k.startswith("episodes/errors/"))
     calls = sum(v for k, v in m.items() if k.startswith("episodes/calls/"))
@@ -51,15 +53,21 @@ def test_ppo_over_episodes_steps_on_the_loss_mask_and_resumes_exactly(tmp_path, 
   monkeypatch.setattr(trainer, "rollout_batch", spy)
 
   def config(steps):
-    c = _tiny(algorithm="ppo", num_steps=steps, checkpoint_every=1)
+    c = _tiny(algorithm="ppo", num_steps=steps, checkpoint_every=1, batch_size=1,
+              num_generations=2, max_new_tokens=64)
+    c.episodes.update(max_turns=2, turn_tokens=16)
     c.rl.ppo.update(kl_coef=0.05, critic="head")
     return c
 
   straight = trainer.train(config(2), str(tmp_path / "straight"))
-  trainer.train(config(1), str(tmp_path / "resumed"))
+  # a crash after step 1's checkpoint: the same workdir without step 2's checkpoint
+  shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+  shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "2")
   resumed = trainer.train(config(2), str(tmp_path / "resumed"))
   a, b = read_metrics(str(tmp_path / "straight")), read_metrics(str(tmp_path / "resumed"))
   assert [m["step"] for m in b] == [1, 2]
+  assert resumed["metrics"]["loss"] == b[1]["loss"]  # step 2 ran again, after the resume
+  assert (tmp_path / "resumed" / "checkpoints" / "2").is_dir()
   for key in ("loss", "value_loss", "kl", "reward/mean", "episodes/tool_call_success_rate",
               "episodes/calls_per_episode"):
     np.testing.assert_allclose([m[key] for m in b], [m[key] for m in a], rtol=1e-5, err_msg=key)
@@ -99,12 +107,16 @@ def test_episodes_section_errors_and_defaults(tmp_path):
   c.rl.async_rewards = True
   with pytest.raises(ValueError, match="async_rewards"):
     trainer.train(c, str(tmp_path))
+  c = grpo_episodes.get_config("tiny")
+  c.rl.max_new_tokens = 16
+  with pytest.raises(ValueError, match=r"episodes.turn_tokens \(24\) must be <= rl.max_new"):
+    trainer.train(c, str(tmp_path))
 
 
 def test_episode_reward_batch():
   got = trainer_rounds.episode_rewards([1.0, 0.0, 0.0], [2, 0, 4], [1, 0, 4], 0.5)
   np.testing.assert_allclose(got, [1.25, 0.0, 0.5])
-  batch = trainer_rounds.reward_batch([None] * 3, [1.0, 0.0, 0.0], [2, 0, 4], [1, 0, 4], 0.5)
+  batch = trainer_rounds.reward_batch([1.0, 0.0, 0.0], [2, 0, 4], [1, 0, 4], 0.5)
   np.testing.assert_allclose(batch.rewards_N, got)
   assert batch.correct_N.tolist() == [True, False, False]
   np.testing.assert_allclose(batch.components["call_success"], [0.5, 0.0, 1.0])

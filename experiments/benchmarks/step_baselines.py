@@ -1,0 +1,127 @@
+"""Whole GRPO step, ours vs TRL vs Tunix, for grpo_step.py (`--whole_step=ours,trl,tunix`).
+
+Each system runs as its own process pinned with taskset to the same core,
+single-threaded: ours (whole_step.py, this interpreter), TRL (trl_step.py)
+and Tunix (tunix_step.py) in the environments setup_baselines.sh creates.
+Workloads (a) and (b) of the sampling benchmark; every side generates
+exactly `response` tokens per row (no EOS) and scores them with the same
+synthetic reward, with the same beta, group size and learning rate.
+A baseline that fails to run is a row with its error (the exact message),
+not a crash: that is the measurement.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from baselines import BaselineEnvMissing, baseline_python, env_python, step_summary  # noqa: F401
+from rl_post import models
+from rl_post.models import hf
+from synthetic import workload_spec
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SCRIPTS = {"ours": "whole_step.py", "trl": "trl_step.py", "tunix": "tunix_step.py"}
+NAMES = {"ours": "rl_post (JAX)", "trl": "TRL GRPOTrainer", "tunix": "Tunix GRPOLearner"}
+ARCH = {  # sampling.py's workloads (a) and (b)
+    "a": dict(num_layers=2, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
+              mlp_dim=512, vocab_size=512),
+    "b": dict(num_layers=4, embed_dim=256, num_heads=8, num_kv_heads=4, head_dim=32,
+              mlp_dim=1024, vocab_size=4096),
+    "smoke": dict(num_layers=1, embed_dim=32, num_heads=2, num_kv_heads=1, head_dim=16,
+                  mlp_dim=64, vocab_size=64),
+}
+WORK = {"a": dict(prompts=2, group=8), "b": dict(prompts=4, group=4),
+        "smoke": dict(prompts=2, group=2)}
+BETA = 0.04  # includes the reference forward on every side
+
+
+def parse_systems(text: str) -> list[str]:
+  systems = [s for s in text.split(",") if s]
+  unknown = set(systems) - set(SCRIPTS)
+  if unknown:
+    raise ValueError(f"--whole_step: unknown systems {sorted(unknown)}; known: {sorted(SCRIPTS)}")
+  return systems
+
+
+def interpreters(systems: list[str], pythons: dict[str, str | None]) -> dict[str, str]:
+  """The python of each system (ours: this one); a missing baseline env raises
+  BaselineEnvMissing naming setup_baselines.sh, before any work is done."""
+  return {s: sys.executable if s == "ours" else
+          baseline_python(pythons.get(s) or env_python(s), s) for s in systems}
+
+
+def specs(smoke: bool, steps: int) -> dict[str, dict]:
+  names = ("smoke",) if smoke else ("a", "b")
+  out = {}
+  for name in names:
+    length = 8 if smoke else 32
+    spec = workload_spec(name, ARCH[name], WORK[name]["prompts"], WORK[name]["group"],
+                         prompt_len=length, response=8 if smoke else 64, beta=BETA, steps=steps)
+    spec["hf_config"] = hf.config_to_hf(models.ModelConfig(**ARCH[name]))
+    out[name] = spec
+  return out
+
+
+def run_side(system: str, python: str, spec_path: str, out_path: str, core: int) -> dict:
+  env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+  proc = subprocess.run(["taskset", "-c", str(core), python, os.path.join(HERE, SCRIPTS[system]),
+                         f"--spec={spec_path}", f"--out={out_path}"], capture_output=True,
+                        text=True, check=False, env=env)
+  if proc.returncode:
+    lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+    return {"error": f"exit {proc.returncode}: " + " | ".join(lines[-3:])}
+  with open(out_path) as f:
+    return json.load(f)
+
+
+def summary_row(workload: str, result: dict) -> dict:
+  row = dict(workload=workload, system=result["system"],
+             **step_summary(result["step_wall_s"], result["rollout_s"], result["rollout_tokens"]),
+             reward_mean=result["reward_mean"] or None, versions=result["versions"])
+  if result.get("step_cpu_s"):
+    row["cpu_s_per_step"] = statistics.median(result["step_cpu_s"][1:] or result["step_cpu_s"])
+  return row
+
+
+def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
+                    workdir: str) -> list[dict]:
+  """One row per (workload, system); `x_ours` = its s/step over ours on that workload."""
+  os.makedirs(workdir, exist_ok=True)
+  rows = []
+  for name, spec in specs(smoke, steps).items():
+    spec_path = os.path.join(workdir, f"spec_{name}.json")
+    with open(spec_path, "w") as f:
+      json.dump(spec, f)
+    for system, python in systems.items():
+      result = run_side(system, python, spec_path, os.path.join(workdir, f"{system}_{name}.json"),
+                        core)
+      if "error" in result:
+        if system == "ours":
+          raise RuntimeError(f"our whole step failed on {name}: {result['error']}")
+        rows.append(dict(workload=name, system=NAMES[system], error=result["error"]))
+        continue
+      rows.append(summary_row(name, result))
+    ours = next((r for r in rows if r["workload"] == name and r["system"] == NAMES["ours"]),
+                None)
+    for r in rows:
+      if r["workload"] == name and ours and "s_per_step" in r:
+        r["x_ours"] = r["s_per_step"] / ours["s_per_step"]
+  return rows
+
+
+def table(rows: list[dict]) -> str:
+  head = (f"{'wl':<6}{'system':<20}{'first s':>9}{'s/step':>9}{'cpu s/step':>11}{'x ours':>8}"
+          f"{'rollout tok/s':>14}")
+  lines = [head, "-" * len(head)]
+  for r in rows:
+    if "error" in r:
+      lines.append(f"{r['workload']:<6}{r['system']:<20} failed: {r['error'][:300]}")
+      continue
+    cpu = f"{r['cpu_s_per_step']:>11.3f}" if "cpu_s_per_step" in r else f"{'-':>11}"
+    x = f"{r['x_ours']:>8.2f}" if "x_ours" in r else f"{'-':>8}"
+    lines.append(f"{r['workload']:<6}{r['system']:<20}{r['first_step_s']:>9.2f}"
+                 f"{r['s_per_step']:>9.3f}{cpu}{x}{r['rollout_tokens_per_s']:>14.0f}")
+  return "\n".join(lines)

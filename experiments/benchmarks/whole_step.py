@@ -1,0 +1,88 @@
+r"""One whole GRPO step (rollout, reward, reference, update) of ours on a synthetic workload.
+
+  PYTHONPATH=. python experiments/benchmarks/whole_step.py --spec=SPEC.json --out=OUT.json
+
+What grpo_step.py --baselines runs on our side, pinned to the core the
+baselines (trl_step.py, tunix_step.py) use, single-threaded. The spec
+(written by `synthetic.workload_spec`) holds the architecture, random prompt ids,
+P prompts x G, prompt and response lengths, beta, learning rate and steps.
+No EOS: every response is `response` tokens long on every side, and the
+reward is the fraction of even token ids in the response (the same
+function on every side), so all systems do the same work.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from rl_post import models  # noqa: E402
+from rl_post.rl import config as rl_config  # noqa: E402
+from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step, rollout_batch  # noqa: E402
+from rl_post.sampling.sampler import SamplingConfig, generate  # noqa: E402
+from rl_post.training.optimizer import OptimizerConfig, make_optimizer  # noqa: E402
+from rl_post.training.state import TrainState  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synthetic import even_fraction_N  # noqa: E402
+
+def run(spec: dict) -> dict:
+  config = models.ModelConfig(**spec["arch"], attention_impl="xla")
+  p, g, plen, r = spec["prompts"], spec["group"], spec["prompt_len"], spec["response"]
+  rl = rl_config.load(dict(batch_size=p, num_generations=g, max_prompt_len=plen,
+                           max_new_tokens=r, logprob_chunk=plen,
+                           grpo=dict(kl_coef=spec["beta"], aggregation="token_mean")))
+  optimizer = make_optimizer(OptimizerConfig(learning_rate=spec["learning_rate"],
+                                             schedule="constant", b2=0.999))
+  params = models.init_params(config, jax.random.key(spec["seed"]))
+  ref_params = jax.tree.map(jnp.copy, params) if rl.needs_reference else None
+  state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
+                     rng=jax.random.key(1))
+  step_fn = jax.jit(make_rl_train_step(config, rl, optimizer), donate_argnums=0)
+  ref_fn = jax.jit(make_ref_logprobs(config, rl))
+  prompts = jnp.asarray(np.repeat(np.asarray(spec["prompt_ids"], np.int32), g, axis=0))
+  lens = jnp.full((p * g,), plen, jnp.int32)
+  sampling = SamplingConfig(max_new_tokens=r, length_buckets=(plen,))
+  wall, cpu, rollout_s, tokens, rewards = [], [], [], [], []
+  for i in range(spec["steps"]):
+    start, start_cpu = time.perf_counter(), time.process_time()
+    rollout = generate(state.params, prompts, lens, jax.random.key(100 + i), model_config=config,
+                       config=sampling, eos_id=None, pad_id=0, group_size=g)
+    host = jax.device_get(rollout)
+    rollout_s.append(time.perf_counter() - start)
+    tokens.append(int(host.response_lens_B.sum()))
+    reward_N = even_fraction_N(host.tokens_BxT[:, plen:], host.loss_mask_BxT[:, plen:])
+    ref = np.asarray(ref_fn(ref_params, rollout.tokens_BxT)) if ref_params is not None else None
+    batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, reward_N,
+                          ref_logp_NxT=ref)
+    state, metrics = step_fn(state, batch)
+    jax.block_until_ready(metrics)
+    wall.append(time.perf_counter() - start)
+    cpu.append(time.process_time() - start_cpu)
+    rewards.append(float(reward_N.mean()))
+  return dict(system="rl_post (JAX)", step_wall_s=wall, step_cpu_s=cpu, rollout_s=rollout_s,
+              rollout_tokens=tokens, reward_mean=rewards, versions={"jax": jax.__version__})
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--spec", required=True)
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(argv)
+  with open(args.spec) as f:
+    result = run(json.load(f))
+  with open(args.out, "w") as f:
+    json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+  main()
