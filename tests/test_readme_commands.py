@@ -66,6 +66,8 @@ _TPU_POD = ("launch/tpu_pod.sh --name=rl-pod --zone=us-east5-a --accelerator=v5p
 _SLURM = ("launch/slurm_gpu.sbatch --nodes=2 --gpus_per_node=8 --dry_run "
           "experiments/train_rl.py --config=configs/grpo_arithmetic.py --workdir=/shared/grpo")
 
+_EPISODES = ("python experiments/train_rl.py --config=configs/grpo_episodes.py:tiny "
+             "--workdir=/tmp/rl_post/episodes_tiny")
 _DEMO_SEEDS = "python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds"
 
 COMMANDS = {
@@ -158,6 +160,10 @@ COMMANDS = {
         argv=("{py}", "experiments/aot_check.py", "--config=configs/grpo_arithmetic.py",
               "--target=v5e-8", "--json_out={work}/aot.json"),
         outputs=("aot.json",)),
+    _EPISODES: Entry(
+        argv=("{py}", "experiments/train_rl.py", "--config=configs/grpo_episodes.py:tiny",
+              "--workdir={work}/episodes", "--config.rl.num_steps=2"),
+        outputs=("episodes/metrics.jsonl", "episodes/config.json")),
     _TPU_POD: Entry(argv=tuple(_TPU_POD.split())),  # --dry_run: prints, runs nothing
     _SLURM: Entry(argv=tuple(_SLURM.split())),
 }

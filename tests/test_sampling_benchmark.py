@@ -19,7 +19,8 @@ def test_sampling_benchmark_smoke(tmp_path):
   result = json.loads(out.read_text())
   systems = {(r["workload"], r["system"]) for r in result["rows"]}
   assert systems == {("a", "rl_post engine"), ("a", "rl_post main (static)"),
-                     ("a", "HF generate (torch)"), ("d", "rl_post continuous"),
+                     ("a", "HF generate (torch)"), ("a", "matmuls only (floor)"),
+                     ("d", "rl_post continuous"),
                      ("d", "rl_post continuous (no shrink)"), ("d", "rl_post static")}
   by = {(r["workload"], r["system"]): r for r in result["rows"]}
   assert by["a", "HF generate (torch)"]["hf_logit_max_diff"] < 1e-4  # same weights
@@ -28,3 +29,7 @@ def test_sampling_benchmark_smoke(tmp_path):
   assert 0 < by["a", "rl_post engine"]["prefill_mfu"] and result["matmul_peak_gflops"] > 0
   assert all(r["tokens_per_s"] > 0 for r in result["rows"])
   assert "engine x" in proc.stdout
+  floor = result["floors"]["a"]
+  assert floor["matmuls_only_tokens_per_s"] == by["a", "matmuls only (floor)"]["tokens_per_s"]
+  assert floor["three_x_hf_tokens_per_s"] == 3 * by["a", "HF generate (torch)"]["tokens_per_s"]
+  assert "matmuls alone allow" in proc.stdout

@@ -22,6 +22,10 @@ of the pinned single-threaded process (wall seconds are in the JSON too:
 on a shared machine they include other jobs' time slices); tokens/s is
 generated tokens per CPU second. Prefill MFU is the prefill's useful
 FLOP/s over the f32 matmul peak measured here.
+Workloads a-c also time "matmuls only (floor)": the same number of decode
+steps doing nothing but the model's matmuls (decode_matmuls_fn), a floor
+under any f32 decoder on this core; the JSON's `floors` says whether 3x HF
+lies above it.
 Writes a table and experiments/benchmarks/results/sampling.json.
 """
 
@@ -125,6 +129,35 @@ def prefill_flops(config, rows, prompt_len):
   return rows * (prompt_len * per_token + attn + 2 * c.embed_dim * c.vocab_size)
 
 
+def decode_matmuls_fn(config, rows, steps):
+  """`steps` decode steps of `rows` rows that do only the model's matmuls.
+
+  Per layer: q, k, v and output projections, gate/up/down MLP; then the
+  tied head. No attention over the cache, no norms, no sampling: a floor
+  under any f32 implementation of decoding (ours or another library's) on
+  this core. The weights are arguments (no constant folding) and each step
+  feeds the next (no hoisting).
+  """
+  c = config
+  e, q, kv, f = c.embed_dim, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.mlp_dim
+  shapes = [(e, q), (e, kv), (e, kv), (q, e), (e, f), (e, f), (f, e)]
+  weights = [[jnp.full(s, 1e-3, jnp.float32) for s in shapes] for _ in range(c.num_layers)]
+  head_ExV = jnp.full((e, c.vocab_size), 1e-3, jnp.float32)  # the head in its cheapest layout
+
+  @jax.jit
+  def run(layers, head_ExV, x_NxE):
+    def step(_, x_NxE):
+      for wq, wk, wv, wo, wg, wu, wd in layers:
+        x_NxE = x_NxE + (x_NxE @ wq) @ wo + (x_NxE @ wk).sum() + (x_NxE @ wv).sum()
+        x_NxE = x_NxE + ((x_NxE @ wg) * (x_NxE @ wu)) @ wd
+      logits_NxV = x_NxE @ head_ExV
+      return x_NxE + 1e-6 * logits_NxV[:, :e]
+    return jax.lax.fori_loop(0, steps, step, x_NxE)
+
+  x_NxE = jnp.ones((rows, e), jnp.float32)
+  return lambda i: run(weights, head_ExV, x_NxE + i)
+
+
 def run_static(name, w, config, params, repeats, peak, with_hf):
   n, p, r = w["prompts"] * w["group"], w["prompt"], w["response"]
   prompts = jnp.asarray(np.repeat(np.random.default_rng(0).integers(
@@ -157,6 +190,8 @@ def run_static(name, w, config, params, repeats, peak, with_hf):
                               pad_token_id=0).shape
     rows.append(_measure(dict(workload=name, system="HF generate (torch)",
                               hf_logit_max_diff=logit_diff), hf_generate, repeats))
+  rows.append(_measure(dict(workload=name, system="matmuls only (floor)"),
+                       decode_matmuls_fn(config, n, r), repeats))
   for row in rows:
     row.update(tokens=n * r, tokens_per_s=n * r / row["seconds"])
   seeds = row_seeds(jax.random.key(0), n)
@@ -255,6 +290,14 @@ def main():
     by = {r["system"]: r["tokens_per_s"] for r in rows if r["workload"] == name}
     best = by.get("rl_post engine", by.get("rl_post continuous"))
     speedups[name] = {k: best / v for k, v in by.items()}
+  floors = {}  # can any f32 implementation reach 3x HF on this core? (decode_matmuls_fn)
+  for name in work:
+    by = {r["system"]: r["tokens_per_s"] for r in rows if r["workload"] == name}
+    if "matmuls only (floor)" in by and "HF generate (torch)" in by:
+      floors[name] = dict(matmuls_only_tokens_per_s=by["matmuls only (floor)"],
+                          three_x_hf_tokens_per_s=3 * by["HF generate (torch)"],
+                          engine_frac_of_matmuls_only=by["rl_post engine"]
+                          / by["matmuls only (floor)"])
   print(f"\nf32 matmul peak (1 core): {peak / 1e9:.1f} GFLOP/s; load avg before "
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (shared machine)")
   print(f"{'wl':<3}{'system':<24}{'tokens':>8}{'cpu s/batch':>12}{'wall s':>8}{'tok/s':>9}"
@@ -268,7 +311,11 @@ def main():
   with open(args.out, "w") as f:
     json.dump(dict(core=core, matmul_peak_gflops=peak / 1e9, load_avg_before=load_before,
                    load_avg_after=os.getloadavg(), smoke=args.smoke, rows=rows,
-                   speedups=speedups), f, indent=1)
+                   speedups=speedups, floors=floors), f, indent=1)
+  for name, fl in floors.items():
+    print(f"{name}: matmuls alone allow {fl['matmuls_only_tokens_per_s']:.0f} tok/s; 3x HF is "
+          f"{fl['three_x_hf_tokens_per_s']:.0f}; the engine runs at "
+          f"{100 * fl['engine_frac_of_matmuls_only']:.0f}% of the matmuls-only rate")
   print(f"wrote {args.out}")
 
 
