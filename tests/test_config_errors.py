@@ -1,8 +1,10 @@
 """A bad config value fails at start-up with a message naming the field."""
 
+import jax
 import pytest
 
 from configs import grpo_arithmetic, sft_arithmetic
+from rl_post.parallel import sharding
 from rl_post.rl import trainer as rl_trainer
 from rl_post.sft import trainer as sft_trainer
 
@@ -61,3 +63,20 @@ def test_bad_sft_and_mesh_values(tokenizer_path, tmp_path):
 def test_variant_name_is_checked():
   with pytest.raises(ValueError, match="unknown variant 'huge'"):
     grpo_arithmetic.get_config("huge")
+
+
+def test_a_failed_run_leaves_no_mesh_or_rules_behind(tokenizer_path, tmp_path):
+  # The optimizer error is raised after setup_run put the run's mesh in context.
+  config = grpo_arithmetic.get_config("tiny")
+  config.tokenizer.path = tokenizer_path
+  config.optimizer.learning_rate = -1.0
+  config.sharding_rules = (("batch", ("fsdp",)),) + tuple(sharding.DEFAULT_RULES)
+  with pytest.raises(ValueError, match="optimizer.learning_rate"):
+    rl_trainer.train(config, str(tmp_path))
+  assert jax.sharding.get_abstract_mesh().empty
+  assert sharding.batch_axes(("data", "fsdp")) == ("data", "fsdp")
+  # A key split outside any run traces with no mesh (it failed when one leaked).
+  explicit = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+  with jax.set_mesh(explicit):
+    key = jax.device_put(jax.random.key(0), jax.NamedSharding(explicit, jax.P()))
+  jax.jit(jax.random.split)(key)

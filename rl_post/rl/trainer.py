@@ -51,7 +51,7 @@ from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
 from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.preemption import SigtermFlag
-from rl_post.training.run import RunContext, pretrained_params, setup_run
+from rl_post.training.run import RunContext, pretrained_params, scoped_run, setup_run
 from rl_post.training.step import jit_train_step
 
 
@@ -253,6 +253,7 @@ def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
   return out
 
 
+@scoped_run
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) `config.rl.algorithm`; returns the final metrics."""
   c = _Components(config, workdir)

@@ -31,7 +31,7 @@ from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
 from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.preemption import SigtermFlag
-from rl_post.training.run import pretrained_params, setup_run
+from rl_post.training.run import pretrained_params, scoped_run, setup_run
 from rl_post.training.step import jit_train_step, make_train_step
 
 EXPORT_DIR = "export"
@@ -86,6 +86,7 @@ def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConf
   return {"tokens": tokens, "mask": mask}, dropped
 
 
+@scoped_run
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) SFT; exports params to workdir/export."""
   ctx = setup_run(config, workdir)

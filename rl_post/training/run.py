@@ -6,6 +6,7 @@ sharding rules, the model config and the tokenizer.
 """
 
 import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -116,6 +117,25 @@ def _stable_hash(name: str) -> int:
   return sum((i + 1) * ord(c) for i, c in enumerate(name)) % (2 ** 31)
 
 
+def scoped_run(train_fn):
+  """Decorates a trainer entry point that calls `setup_run`.
+
+  `setup_run` puts the run's mesh (`jax.set_mesh`) and activation rules in
+  context for everything the run traces; this undoes both when the entry
+  point returns or raises, so a later run or jitted function in the same
+  process starts from what its caller had.
+  """
+  @functools.wraps(train_fn)
+  def wrapped(*args, **kwargs):
+    previous_rules = sharding.set_activation_rules(sharding.DEFAULT_RULES)
+    try:
+      with jax.set_mesh(None):  # exit restores the caller's mesh
+        return train_fn(*args, **kwargs)
+    finally:
+      sharding.set_activation_rules(previous_rules)
+  return wrapped
+
+
 def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -> RunContext:
   """Validates the shared sections and writes workdir/config.json.
 
@@ -124,6 +144,7 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -
 
   Starts multi-host JAX first when `config.distributed` asks for it; then
   the mesh spans every process's devices and only process 0 writes files.
+  Puts the mesh and rules in context: call it inside a `scoped_run` entry point.
   """
   if not workdir:
     raise ConfigError("--workdir", workdir, "is required")
