@@ -12,8 +12,6 @@ and weighted exactly as our reward pool does. Writes per-step wall and CPU
 seconds, rollout tokens and seconds, and greedy held-out completion.
 """
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -28,6 +26,7 @@ import transformers  # noqa: E402
 import trl  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import side_io  # noqa: E402
 from trl_sp_tokenizer import OurSentencePiece  # noqa: E402
 
 
@@ -135,12 +134,7 @@ def grpo_args(spec: dict, output_dir: str) -> trl.GRPOConfig:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--spec", required=True)
-  parser.add_argument("--out", required=True)
-  args = parser.parse_args(argv)
-  with open(args.spec) as f:
-    spec = json.load(f)
+  spec, out = side_io.read_spec(__doc__.splitlines()[0], argv)
   h = spec["hparams"]
   to_tasks, score = our_scoring(spec["repo_root"], spec["domain_options"], spec["reward_weights"])
   train_tasks, heldout = to_tasks(spec["train_tasks"]), to_tasks(spec["heldout_tasks"])
@@ -175,8 +169,7 @@ def main(argv=None):
       rollout_s=[s for s, _ in rollouts], rollout_tokens=[n for _, n in rollouts],
       reward_mean=[r["reward"] for r in logs], train_s=train_s, eval=evaluation,
       eval_s=time.perf_counter() - start)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  side_io.write_result(out, result)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,6 @@ tokenizer ("t<id>" per token) so TRL generates from exactly those ids;
 reward is the fraction of even ids, as on our side. One torch thread.
 """
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -18,6 +16,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import side_io  # noqa: E402
 from trl_side import StepTimes, time_rollouts  # noqa: E402  (sets one torch thread)
 
 import datasets  # noqa: E402
@@ -63,18 +62,13 @@ def even_fraction(completions, **kwargs):
   return out
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--spec", required=True)
-  parser.add_argument("--out", required=True)
-  args = parser.parse_args(argv)
-  with open(args.spec) as f:
-    spec = json.load(f)
+  spec, out = side_io.read_spec(__doc__.splitlines()[0], argv)
   tokenizer = IdTokenizer(spec["arch"]["vocab_size"])
   hf_config = transformers.LlamaConfig(**{k: v for k, v in spec["hf_config"].items()
                                           if k not in ("architectures", "model_type")})
   torch.manual_seed(spec["seed"])
   # saved and reloaded: with beta > 0 TRL builds its reference model from the model's path
-  model_dir = os.path.join(os.path.dirname(os.path.abspath(args.out)), "trl_step_init")
+  model_dir = os.path.join(os.path.dirname(os.path.abspath(out)), "trl_step_init")
   transformers.LlamaForCausalLM(hf_config).save_pretrained(model_dir)
   model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
   prompts = [" ".join(f"t{i}" for i in row) for row in spec["prompt_ids"]]
@@ -82,7 +76,7 @@ def main(argv=None):
   dataset = datasets.Dataset.from_dict({"prompt": prompts * steps})
   g, r = spec["group"], spec["response"]
   config = trl.GRPOConfig(
-      output_dir=os.path.join(os.path.dirname(os.path.abspath(args.out)), "trl_step"),
+      output_dir=os.path.join(os.path.dirname(os.path.abspath(out)), "trl_step"),
       per_device_train_batch_size=spec["prompts"] * g, gradient_accumulation_steps=1,
       num_generations=g, max_completion_length=r, temperature=1.0, top_p=1.0, top_k=0,
       generation_kwargs=dict(min_new_tokens=r), learning_rate=spec["learning_rate"],
@@ -105,8 +99,7 @@ def main(argv=None):
                 torch_threads=torch.get_num_threads(),
                 versions={"trl": trl.__version__, "torch": torch.__version__,
                           "transformers": transformers.__version__})
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  side_io.write_result(out, result)
 
 if __name__ == "__main__":
   main()

@@ -12,9 +12,8 @@ consecutive batches (the last: until train() returns); generation is timed by wr
 `rl_cluster.generate`.
 """
 
-import argparse
-import json
 import os
+import sys
 import time
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -29,6 +28,9 @@ from tunix.models.llama3 import model as llama3  # noqa: E402
 from tunix.rl import rl_cluster as rl_cluster_lib  # noqa: E402
 from tunix.rl.grpo.grpo_learner import GRPOConfig, GRPOLearner  # noqa: E402
 from tunix.rl.rollout import base_rollout  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import side_io  # noqa: E402
 
 
 class IdTokenizer:
@@ -72,12 +74,7 @@ def build_model(arch: dict, seed: int):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--spec", required=True)
-  parser.add_argument("--out", required=True)
-  args = parser.parse_args(argv)
-  with open(args.spec) as f:
-    spec = json.load(f)
+  spec, out = side_io.read_spec(__doc__.splitlines()[0], argv)
   g, r, plen, steps = spec["group"], spec["response"], spec["prompt_len"], spec["steps"]
   mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
   with jax.set_mesh(mesh):
@@ -126,8 +123,7 @@ def main(argv=None):
   result = dict(system="Tunix GRPOLearner", step_wall_s=wall, step_cpu_s=cpu, rollout_s=[s for s, _ in rollouts],
                 rollout_tokens=[n for _, n in rollouts], reward_mean=REWARD_MEANS,
                 versions={"jax": jax.__version__})
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  side_io.write_result(out, result)
 
 
 if __name__ == "__main__":

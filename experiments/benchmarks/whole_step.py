@@ -11,8 +11,6 @@ reward is the fraction of even token ids in the response (the same
 function on every side), so all systems do the same work.
 """
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -30,6 +28,9 @@ from rl_post.rl import config as rl_config  # noqa: E402
 from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step, rollout_batch  # noqa: E402
 from rl_post.sampling.sampler import SamplingConfig, generate  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import side_io  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -74,14 +75,9 @@ def run(spec: dict) -> dict:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--spec", required=True)
-  parser.add_argument("--out", required=True)
-  args = parser.parse_args(argv)
-  with open(args.spec) as f:
-    result = run(json.load(f))
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  spec, out = side_io.read_spec(__doc__.splitlines()[0], argv)
+  result = run(spec)
+  side_io.write_result(out, result)
 
 
 if __name__ == "__main__":
