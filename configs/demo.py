@@ -36,20 +36,21 @@ def get_config(variant: str = ""):
   c.rewards.sandbox.update(num_workers=2, timeout_s=10.0)
   c.rewards.weights = dict(default=dict(outcome=1.0, format=0.1),
                            countdown=dict(uses_numbers=0.2, reaches_target=0.2))
-  c.model.update(num_layers=2, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
+  c.model.update(num_layers=4, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
                  mlp_dim=384)
-  c.sft = dict(num_steps=250, batch_size=16, max_len=176, checkpoint_every=125)
+  c.sft = dict(num_steps=600, batch_size=32, max_len=176, checkpoint_every=200)
   c.sft_optimizer = dict(learning_rate=3e-3, schedule="cosine", warmup_steps=20,
-                         total_steps=250, weight_decay=0.0, grad_clip_norm=1.0)
-  c.rl.update(num_steps=40, batch_size=8, num_generations=8, max_prompt_len=144,
+                         total_steps=600, weight_decay=0.0, grad_clip_norm=1.0)
+  c.rl.update(num_steps=80, batch_size=8, num_generations=8, max_prompt_len=144,
               prompt_buckets=(144,), max_new_tokens=56, checkpoint_every=20, temperature=1.0)
   c.rl.grpo.update(clip_high=0.28, aggregation="token_mean")
-  c.optimizer = dict(learning_rate=5e-4, schedule="constant", warmup_steps=3, total_steps=40,
+  # 5e-4 took this start's greedy 2-digit sums from 69% to 9% in 40 steps (docs/demo.md).
+  c.optimizer = dict(learning_rate=1e-4, schedule="constant", warmup_steps=3, total_steps=80,
                      b2=0.99, weight_decay=0.0, grad_clip_norm=1.0)
   c.filtering = dict(enabled=True, max_rounds=1)
   # The control arm: more SFT over the same demonstrations (the cosine schedule stretched
   # to sft + control steps), sized to take about as long as the RL stage.
-  c.control = dict(num_steps=120)
+  c.control = dict(num_steps=400)
   c.eval = dict(batch_size=64)
   if variant == "tiny":
     c.model.update(num_layers=2, embed_dim=64, mlp_dim=128, head_dim=16)
