@@ -8,14 +8,13 @@ first checkpoint; and the two processes again, resuming. The resumed
 params as the uninterrupted 1-process run (f32 tolerance).
 """
 
-import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
+
+from host_faults import free_port, kill_one_host_after
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -23,13 +22,6 @@ TOL = 1e-5
 STEPS = 4
 # differ between runs by nature (wall time) or by design (the resumed run counts its restart)
 VOLATILE = ("time/", "perf/", "throughput/", "progress/", "faults/")
-
-
-def _free_port() -> int:
-  import socket
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
 
 
 def _train(workdir, tok, processes, port=0, process_id=0):
@@ -47,7 +39,7 @@ def _train(workdir, tok, processes, port=0, process_id=0):
 
 
 def _pair(workdir, tok):
-  port = _free_port()
+  port = free_port()
   return [_train(workdir, tok, 2, port, i) for i in (0, 1)]
 
 
@@ -81,14 +73,7 @@ def test_two_process_rl_resumes_after_kill_9_and_matches_one_process(tokenizer_p
   one = _train(tmp_path / "one", tokenizer_path, 1)
   two = _pair(tmp_path / "two", tokenizer_path)
   first_checkpoint = tmp_path / "two" / "checkpoints" / "2" / "commit_success.txt"
-  deadline = time.time() + 600
-  while not first_checkpoint.exists() and time.time() < deadline and two[1].poll() is None:
-    time.sleep(0.05)
-  assert two[1].poll() is None, two[1].communicate()[0][-3000:]
-  os.kill(two[1].pid, signal.SIGKILL)  # one host dies mid-run
-  assert two[1].wait() == -signal.SIGKILL
-  two[0].kill()  # its peer would fail or block in a collective; a scheduler ends the job
-  two[0].wait()
+  kill_one_host_after(first_checkpoint, two)
   assert not (tmp_path / "two" / "checkpoints" / str(STEPS)).exists()  # stopped before the end
   logs = _wait(_pair(tmp_path / "two", tokenizer_path), "resumed 2-process run failed:\n")
   assert "resumed from iteration" in logs[0]

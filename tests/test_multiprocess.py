@@ -7,24 +7,19 @@ data=2 x fsdp=2 x tensor=2 mesh where every process builds only its rows.
 """
 
 import os
-import socket
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from host_faults import free_port, kill_one_host_after
+
 from rl_post.parallel import distributed
 from rl_post.parallel.distributed import DistributedConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 1e-5  # f32: reduction order differs between the layouts
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
 
 
 def _start(out, num_processes, process_id, local_devices, port=0, hf_dir=""):
@@ -56,7 +51,7 @@ def _hf_checkpoint(directory):
 def results(tmp_path_factory):
   root = tmp_path_factory.mktemp("multiprocess")
   hf_logits = _hf_checkpoint(root / "hf")
-  port = _free_port()
+  port = free_port()
   procs = [_start(root / "two", 2, i, 4, port, root / "hf") for i in (0, 1)]
   procs.append(_start(root / "one", 1, 0, 8, hf_dir=root / "hf"))
   try:
@@ -173,26 +168,14 @@ def _losses(workdir):
 
 
 def test_two_process_sft_resumes_after_kill_9_and_matches_one_process(tokenizer_path, tmp_path):
-  import signal
-  import time
   steps = 6
   one = _sft(tmp_path / "one", tokenizer_path, steps, 1)
-  port = _free_port()
+  port = free_port()
   two = [_sft(tmp_path / "two", tokenizer_path, steps, 2, port, i) for i in (0, 1)]
   first_checkpoint = tmp_path / "two" / "checkpoints" / "2"
-  deadline = time.time() + 600
-  while not first_checkpoint.exists() and time.time() < deadline and two[1].poll() is None:
-    time.sleep(0.05)
-  assert two[1].poll() is None, two[1].communicate()[0][-3000:]
-  os.kill(two[1].pid, signal.SIGKILL)  # one host dies mid-run
-  assert two[1].wait() == -signal.SIGKILL
-  try:  # its peer fails or blocks in a collective; the scheduler would end it too
-    two[0].wait(timeout=30)
-  except subprocess.TimeoutExpired:
-    two[0].kill()
-    two[0].wait()
+  kill_one_host_after(first_checkpoint, two)
   assert not (tmp_path / "two" / "export").exists()  # it really stopped before the end
-  port = _free_port()
+  port = free_port()
   again = [_sft(tmp_path / "two", tokenizer_path, steps, 2, port, i) for i in (0, 1)]
   logs = [p.communicate(timeout=600)[0] for p in again]
   assert [p.returncode for p in again] == [0, 0], logs[0][-3000:] + logs[1][-3000:]

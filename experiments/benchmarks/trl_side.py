@@ -84,6 +84,16 @@ def time_rollouts(trainer, log: list):
   trainer._generate_single_turn = timed
 
 
+def train_timed(trainer) -> tuple[StepTimes, list, float]:
+  """Runs `trainer.train()`; returns its per-step times, its rollouts and the total seconds."""
+  steps, rollouts = StepTimes(), []
+  trainer.add_callback(steps)
+  time_rollouts(trainer, rollouts)
+  start = time.perf_counter()
+  trainer.train()
+  return steps, rollouts, time.perf_counter() - start
+
+
 def greedy_completion(model, tokenizer, tasks, score, max_new_tokens: int, batch: int) -> dict:
   """Greedy held-out completion rate, scored by our verifier."""
   model.eval()
@@ -151,12 +161,7 @@ def main(argv=None):
   torch.manual_seed(spec["seed"])
   trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=grpo_args(spec, spec["workdir"]),
                             train_dataset=dataset, processing_class=tokenizer)
-  steps, rollouts = StepTimes(), []
-  trainer.add_callback(steps)
-  time_rollouts(trainer, rollouts)
-  start = time.perf_counter()
-  trainer.train()
-  train_s = time.perf_counter() - start
+  steps, rollouts, train_s = train_timed(trainer)
   logs = [r for r in trainer.state.log_history if "reward" in r]
   start = time.perf_counter()
   evaluation = greedy_completion(trainer.model, tokenizer, heldout, score, h["max_new_tokens"],

@@ -11,13 +11,12 @@ reward is the fraction of even ids, as on our side. One torch thread.
 
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import side_io  # noqa: E402
-from trl_side import StepTimes, time_rollouts  # noqa: E402  (sets one torch thread)
+from trl_side import train_timed  # noqa: E402  (sets one torch thread)
 
 import datasets  # noqa: E402
 import transformers  # noqa: E402
@@ -87,15 +86,11 @@ def main(argv=None):
       seed=spec["seed"], disable_tqdm=True, dataloader_num_workers=0)
   trainer = trl.GRPOTrainer(model=model, reward_funcs=even_fraction, args=config,
                             train_dataset=dataset, processing_class=tokenizer)
-  times, rollouts = StepTimes(), []
-  trainer.add_callback(times)
-  time_rollouts(trainer, rollouts)
-  start = time.perf_counter()
-  trainer.train()
+  times, rollouts, train_s = train_timed(trainer)
   logs = [x for x in trainer.state.log_history if "reward" in x]
   result = dict(system="TRL GRPOTrainer", step_wall_s=times.wall, step_cpu_s=times.cpu,
                 rollout_s=[s for s, _ in rollouts], rollout_tokens=[n for _, n in rollouts],
-                reward_mean=[x["reward"] for x in logs], train_s=time.perf_counter() - start,
+                reward_mean=[x["reward"] for x in logs], train_s=train_s,
                 torch_threads=torch.get_num_threads(),
                 versions={"trl": trl.__version__, "torch": torch.__version__,
                           "transformers": transformers.__version__})
