@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_post import models
+from rl_post.models import kv_cache
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rl.logprobs import sequence_logprobs
@@ -50,6 +51,7 @@ def main():
       "logp_max_diff": float(np.abs(np.asarray(rollout.logp_BxT) - single.logp_BxT).max()),
       "ref_logp_max_diff": float(np.abs(np.where(mask, np.asarray(ref_logp) - single_logp,
                                                  0.0)).max()),
+      "cache_layout": kv_cache.layout(CONFIG),
       "cache_spec": [str(a) for a in cache_k.sharding.spec],
       "cache_shard_shape": list(cache_k.addressable_shards[0].data.shape),
       "cache_shape": list(cache_k.shape),

@@ -11,6 +11,7 @@ config can carry `attention_impl="auto"` and run unchanged everywhere.
 """
 
 import jax
+import jax.numpy as jnp
 from jax.experimental.pallas import tpu as pltpu
 
 from rl_post.kernels import masking
@@ -77,25 +78,48 @@ def flash_attention(q, k, v, *, causal=True, segment_ids=None,
                                     **kwargs)
 
 
-def decode_attention(q, k_cache, v_cache, lengths, *, impl="auto"):
-  """One decode step: q [B, H, D] over caches [B, S, Hkv, D], lengths [B].
+def decode_impl(impl, head_dim, platform=None):
+  """The concrete implementation `decode_attention(impl=impl)` runs on `platform`."""
+  impl, platform = resolve_impl(impl, platform), platform or jax.default_backend()
+  if impl == "pallas" and platform == "gpu" and head_dim & (head_dim - 1):
+    # Triton tiles are powers of two; padding would copy the cache per step.
+    return "xla"
+  return impl
+
+
+def decode_attention(q, k_cache, v_cache, lengths, *, impl="auto", kv_layout="bskd"):
+  """One decode step: q [B, H, D] over a KV cache, lengths [B].
 
   Row b attends to cache slots [0, lengths[b]); rows with length 0 give
   zeros. "pallas" on CPU runs the kernel in interpret mode; "auto" on GPU
   uses "xla" when head_dim is not a power of two.
+
+  kv_layout: "bskd" (k, v: [B, S, Hkv, D]; every impl) or "transposed"
+  (k: [B, Hkv, D, S], v: [B, Hkv, S, D]; "xla" and "reference"), see
+  `rl_post.models.kv_cache`.
   """
-  impl_requested, impl = impl, resolve_impl(impl)
+  if kv_layout not in ("bskd", "transposed"):
+    raise ValueError(f"kv_layout must be 'bskd' or 'transposed', got {kv_layout!r}")
+  impl = decode_impl(impl, q.shape[-1])
+  if kv_layout == "transposed":
+    if impl == "pallas":
+      raise ValueError("the Pallas decode kernels read the 'bskd' cache layout")
+    if k_cache.ndim != 4 or v_cache.ndim != 4:
+      raise ValueError(f"transposed caches must be k [B, Hkv, D, S] and v [B, Hkv, S, D]; "
+                       f"got {k_cache.shape} and {v_cache.shape}")
+    as_bskd = lambda x, perm: jax.ShapeDtypeStruct(tuple(x.shape[i] for i in perm), x.dtype)
+    masking.validate_decode_shapes(q, as_bskd(k_cache, (0, 3, 1, 2)),
+                                   as_bskd(v_cache, (0, 2, 1, 3)), lengths)
+    if impl == "reference":
+      return reference.reference_decode_attention(
+          q, jnp.transpose(k_cache, (0, 3, 1, 2)), jnp.swapaxes(v_cache, 1, 2), lengths)
+    return xla_attention.xla_decode_attention_transposed(q, k_cache, v_cache, lengths)
   masking.validate_decode_shapes(q, k_cache, v_cache, lengths)
   if impl == "reference":
     return reference.reference_decode_attention(q, k_cache, v_cache, lengths)
   if impl == "xla":
     return xla_attention.xla_decode_attention(q, k_cache, v_cache, lengths)
   platform = jax.default_backend()
-  head_dim = q.shape[-1]
-  if (impl_requested == "auto" and platform == "gpu"
-      and head_dim & (head_dim - 1)):
-    # Triton tiles are powers of two; padding would copy the cache per step.
-    return xla_attention.xla_decode_attention(q, k_cache, v_cache, lengths)
   return pallas_decode.decode_attention(
       q, k_cache, v_cache, lengths,
       platform="tpu" if platform == "tpu" else "gpu",

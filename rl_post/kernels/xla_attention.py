@@ -372,3 +372,31 @@ def xla_decode_attention(q, k_cache, v_cache, lengths):
   p = p / jnp.where(denom > 0, denom, 1.0)
   out_BxKxGxD = jnp.sum(p[..., None] * v_cache[:, :, :, None, :].astype(acc), axis=1)
   return out_BxKxGxD.reshape(b, h, d).astype(q.dtype)
+
+
+def xla_decode_attention_transposed(q, k_BxKxDxS, v_BxKxSxD, lengths):
+  """`xla_decode_attention` over the "transposed" cache layout.
+
+  k is stored [B, Hkv, D, S] and v [B, Hkv, S, D] (`rl_post.models.kv_cache`),
+  so both products are batched matmuls over (row, kv head) whose operands
+  are already in matmul order: no copy of either cache, and the score
+  reduction runs over D, which is not the minor axis.
+
+  Args:
+    q: [B, H, D]; k_BxKxDxS, v_BxKxSxD: the caches; lengths: [B] int.
+  Returns:
+    [B, H, D]; rows with length 0 are zeros.
+  """
+  b, h, d = q.shape
+  h_kv, s = k_BxKxDxS.shape[1], k_BxKxDxS.shape[3]
+  acc = _acc_dtype(q.dtype)
+  q_BxKxGxD = q.reshape(b, h_kv, h // h_kv, d).astype(acc)
+  scores_BxKxGxS = jnp.einsum("bkgd,bkds->bkgs", q_BxKxGxD, k_BxKxDxS.astype(acc)) / math.sqrt(d)
+  valid = (jnp.arange(s)[None, :] < lengths[:, None])[:, None, None, :]
+  scores_BxKxGxS = jnp.where(valid, scores_BxKxGxS, masking.NEG_INF)
+  m = scores_BxKxGxS.max(-1, keepdims=True)
+  p = jnp.where(valid, jnp.exp(scores_BxKxGxS - m), 0.0)
+  denom = p.sum(-1, keepdims=True)
+  p = p / jnp.where(denom > 0, denom, 1.0)
+  out_BxKxGxD = jnp.einsum("bkgs,bksd->bkgd", p, v_BxKxSxD.astype(acc))
+  return out_BxKxGxD.reshape(b, h, d).astype(q.dtype)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rl_post.kernels import attention as attention_kernels
-from rl_post.models import rope
+from rl_post.models import kv_cache, rope
 from rl_post.models.config import ModelConfig
 from rl_post.parallel import ring_attention, sharding
 
@@ -110,6 +110,7 @@ class Attention(nnx.Module):
     pd = config.param_dtype
     self.dtype = config.dtype
     self.impl = config.attention_impl
+    self.cache_layout = kv_cache.layout(config)
     self.context_layout = config.context_layout
     self.rope_args = (d, config.rope_theta, config.rope_scaling)
     init = _init.lecun_normal(in_axis=0, out_axis=(1, 2))
@@ -144,7 +145,7 @@ class Attention(nnx.Module):
       segment_ids_BxT: optional packed-sequence ids (no cache).
       context_mesh: a mesh with a `context` axis > 1: ring attention over
         it, with x already in `config.context_layout` token order.
-      cache: optional dict with "k", "v" of shape [B, S, K, D]. With T > 1
+      cache: optional dict with "k", "v" in `kv_cache.layout(config)`. With T > 1
         this is a prefill that starts at slot 0; with T == 1 a decode step
         at slot positions_BxT[:, 0].
       cache_extend: with a cache and T > 1, the chunk is written at slots
@@ -161,13 +162,7 @@ class Attention(nnx.Module):
     v = self._project(x_BxTxE, self.v_proj, self.v_bias)
     new_cache = None
     if cache is not None:
-      rows_Bx1 = jnp.arange(x_BxTxE.shape[0])[:, None]
-      new_cache = {
-          "k": cache["k"].at[rows_Bx1, positions_BxT].set(k.astype(cache["k"].dtype),
-                                                          mode="drop"),
-          "v": cache["v"].at[rows_Bx1, positions_BxT].set(v.astype(cache["v"].dtype),
-                                                          mode="drop"),
-      }
+      new_cache = kv_cache.write(cache, k, v, positions_BxT, self.cache_layout)
     if context_mesh is not None:
       if cache is not None:
         raise ValueError("context parallelism applies to full sequences, not KV-cache decoding")
@@ -176,11 +171,12 @@ class Attention(nnx.Module):
           q, k, v, mesh=context_mesh, axis_name="context", causal=True,
           segment_ids=segment_ids_BxT, layout=self.context_layout, batch_axis=batch_axes)
     elif cache is not None and cache_extend:
-      out = cached_chunk_attention(q, new_cache["k"], new_cache["v"], positions_BxT)
+      out = cached_chunk_attention(q, *kv_cache.as_bskd(new_cache, self.cache_layout),
+                                   positions_BxT)
     elif cache is not None and x_BxTxE.shape[1] == 1:
       out = attention_kernels.decode_attention(
           q[:, 0], new_cache["k"], new_cache["v"], positions_BxT[:, 0] + 1,
-          impl=self.impl)[:, None]
+          impl=self.impl, kv_layout=self.cache_layout)[:, None]
     else:
       out = attention_kernels.flash_attention(
           q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)

@@ -28,7 +28,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_post import models
 from rl_post.sampling import engine
 from rl_post.sampling.controls import SamplingConfig
 from rl_post.sampling.sampler import Rollout, budget, pad_prompts, stop_string_cuts
@@ -129,10 +128,10 @@ def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_co
     r = _refill_width(len(ids), num_slots)
     take = np.concatenate([ids, np.full(r - len(ids), ids[0])]).astype(int)
     return engine.prefill(params, jnp.asarray(prompts[take]), jnp.asarray(lens[take]),
-                          jnp.asarray(seeds[take]), jnp.asarray(budgets[take]),
+                          jnp.asarray(seeds[take]), jnp.asarray(budgets[take]), weights,
                           capacity=capacity, group_size=1, **kw)
 
-  layer_params = jax.jit(models.unstack_blocks)(params)  # once, not per decode call
+  weights = engine.decode_weights(model_config, params)  # once, not per prefill/decode call
   first = list(range(min(num_slots, n)))
   state = prefill(np.array(first))
   if len(first) < num_slots or state.lengths_B.shape[0] != num_slots:
@@ -157,7 +156,7 @@ def generate_continuous(params, prompts_NxP, prompt_lens_N, seeds_N, *, model_co
       need = width - width // 2 if shrink and width > 1 else width
     before = np.asarray(jax.device_get(state.lengths_B)) if config.stop_strings else None
     state = engine.decode(params, state, jnp.int32(steps_per_call), jnp.int32(need),
-                          layer_params, config=stop_config, **kw)
+                          weights, config=stop_config, **kw)
     stats.decode_calls += 1
     host = jax.device_get({f: getattr(state, f) for f in _HOST})
     if config.stop_strings:

@@ -162,20 +162,42 @@ def inverse_cdf(probs_BxV, u_B, block: int = 128):
   return (blk_B * block + jnp.minimum(idx_B, last_nonzero_B)).astype(jnp.int32)
 
 
-def choose(logits_BxV, seeds_B, positions_B, config: SamplingConfig):
+def choose(logits_BxV, seeds_B, positions_B, config: SamplingConfig, u_B=None):
   """Draws one token per row: (token_B, logp_B, trunc_logz_B).
 
   Inverse CDF over the kept tempered distribution: the first token whose
   cumulative mass reaches u * total, u in (0, 1] (dropped tokens add no
-  mass, so they are never chosen).
+  mass, so they are never chosen). u_B: the rows' `row_uniforms`, when the
+  caller drew them ahead (the decode loop draws a whole call's at once).
   """
+  if not config.greedy and u_B is None:
+    u_B = row_uniforms(seeds_B, positions_B)
+  if not config.truncates:
+    return _choose_untruncated(logits_BxV, u_B, config)
   logp_BxV, keep_BxV = behaviour_log_softmax(logits_BxV, config)
-  if config.greedy:
-    token_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
-    logz_B = jnp.zeros(token_B.shape, jnp.float32)
-  else:
-    probs_BxV = jnp.where(keep_BxV, jnp.exp(logp_BxV), 0.0)
-    token_B = inverse_cdf(probs_BxV, row_uniforms(seeds_B, positions_B))
-    logz_B = jax.nn.logsumexp(jnp.where(keep_BxV, logp_BxV, -jnp.inf), axis=-1)
+  probs_BxV = jnp.where(keep_BxV, jnp.exp(logp_BxV), 0.0)
+  token_B = inverse_cdf(probs_BxV, u_B)
+  logz_B = jax.nn.logsumexp(jnp.where(keep_BxV, logp_BxV, -jnp.inf), axis=-1)
   logp_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
   return token_B, logp_B, logz_B
+
+
+def _choose_untruncated(logits_BxV, u_B, config: SamplingConfig):
+  """`choose` without truncation: one exp over the vocabulary, no [B, V] log-probs.
+
+  The draw uses exp(z - max z) unnormalised (the inverse CDF compares
+  against u * total), and only the chosen token's log-prob is formed, by
+  the same formula as `scaled_log_softmax`: z - max z - log sum exp(z - max z).
+  Nothing is truncated, so trunc_logz is exactly 0.
+  """
+  temperature = 1.0 if config.greedy else config.temperature
+  z_BxV = logits_BxV.astype(jnp.float32) / temperature
+  max_Bx1 = jnp.max(z_BxV, axis=-1, keepdims=True)
+  unnorm_BxV = jnp.exp(z_BxV - max_Bx1)
+  if config.greedy:
+    token_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+  else:
+    token_B = inverse_cdf(unnorm_BxV, u_B)
+  z_B = jnp.take_along_axis(z_BxV, token_B[:, None], axis=-1)[:, 0]
+  logp_B = (z_B - max_Bx1[:, 0]) - jnp.log(jnp.sum(unnorm_BxV, axis=-1))
+  return token_B, logp_B, jnp.zeros(token_B.shape, jnp.float32)

@@ -1,10 +1,12 @@
 """The device side of decoding: prefill, decode loop, append, truncate.
 
 All are jitted pure functions (`*_impl` unjitted, for callers that jit
-with explicit shardings, see `rl_post.sampling.sharded`) over a `DecodeState`. The KV cache is a
-list of per-layer [B, S, K, D] buffers carried by the decode `while_loop`
+with explicit shardings, see `rl_post.sampling.sharded`) over a `DecodeState`.
+The KV cache is a list of per-layer buffers (layout: `models.kv_cache`)
+carried by the decode `while_loop`
 and updated in place (one scatter per layer per step); per-layer weights
-are sliced from the stacked params once per call, outside the loop.
+and the [E, V] output head are laid out once (`models.decode_weights`),
+outside the loop, and can be shared by all calls of a rollout.
 
 Layout: row b of `tokens_BxT` is its prompt followed by its response
 (sampled and appended tokens), right-padded; `lengths_B[b]` tokens are
@@ -54,21 +56,25 @@ def _stop_ids(config: SamplingConfig):
   return jnp.asarray(sorted(config.stop_token_ids) or [-1], jnp.int32)
 
 
-def prefill_impl(params, prompts_BxP, prompt_lens_B, seeds_B, budget_B, *, model_config,
-            capacity: int, group_size: int, pad_id: int) -> DecodeState:
+def prefill_impl(params, prompts_BxP, prompt_lens_B, seeds_B, budget_B, weights=None, *,
+                 model_config, capacity: int, group_size: int, pad_id: int) -> DecodeState:
   """Prefills each distinct prompt once; rows b*G..b*G+G-1 share prompt b.
 
   The cache of a group's prompt is computed from its first row and
   broadcast to the G rows (which must hold the same prompt).
+  weights: optional `models.decode_weights(model_config, params)`, shared
+  with the decode calls that follow (laid out here otherwise).
   """
   TRACE_COUNTS["prefill"] += 1
   batch, prompt_len = prompts_BxP.shape
   src_prompts, src_lens = prompts_BxP[::group_size], prompt_lens_B[::group_size]
   caches = models.init_layer_caches(model_config, src_prompts.shape[0], capacity)
   positions = jnp.broadcast_to(jnp.arange(prompt_len, dtype=jnp.int32), src_prompts.shape)
+  if weights is None:
+    weights = models.decode_weights(model_config, params)
   logits, caches = models.apply_layers_with_cache(
-      model_config, params, models.unstack_blocks(params), src_prompts, positions, caches,
-      logits_at_B=src_lens - 1)
+      model_config, params, weights["layers"], src_prompts, positions, caches,
+      logits_at_B=src_lens - 1, head_ExV=weights["head_ExV"])
   repeat = lambda x: jnp.repeat(x, group_size, axis=0)
   prompt_BxP = jnp.where(jnp.arange(prompt_len)[None] < prompt_lens_B[:, None], prompts_BxP,
                          pad_id)
@@ -83,18 +89,33 @@ def prefill_impl(params, prompts_BxP, prompt_lens_B, seeds_B, budget_B, *, model
       logits_BxV=repeat(logits[:, 0]), seeds_B=seeds_B)
 
 
-def decode_impl(params, state: DecodeState, max_steps, min_done=None, layer_params=None, *,
+def _call_uniforms(seeds_B, capacity: int):
+  """`controls.row_uniforms` of every row at every slot: [B, capacity].
+
+  One batched draw per decode call instead of one small one per step (the
+  values are the same, so tokens do not depend on how a rollout is split
+  into calls).
+  """
+  batch = seeds_B.shape[0]
+  slots_BxT = jnp.broadcast_to(jnp.arange(capacity, dtype=jnp.int32), (batch, capacity))
+  seeds_BxT = jnp.broadcast_to(seeds_B[:, None], (batch, capacity))
+  return controls.row_uniforms(seeds_BxT.reshape(-1), slots_BxT.reshape(-1)).reshape(
+      batch, capacity)
+
+
+def decode_impl(params, state: DecodeState, max_steps, min_done=None, weights=None, *,
                 model_config, config: SamplingConfig, pad_id: int) -> DecodeState:
   """Samples until `min_done` rows (default all) are done or `max_steps` steps ran.
 
-  layer_params: optional `models.unstack_blocks(params)`, for callers that
-  decode in many short calls (sliced here otherwise).
+  weights: optional `models.decode_weights(model_config, params)`, for
+  callers that decode in several calls (laid out here otherwise).
   """
   TRACE_COUNTS["decode"] += 1
-  if layer_params is None:
-    layer_params = models.unstack_blocks(params)
+  if weights is None:
+    weights = models.decode_weights(model_config, params)
   stop_ids = _stop_ids(config)
   rows_B = jnp.arange(state.lengths_B.shape[0])
+  u_BxT = None if config.greedy else _call_uniforms(state.seeds_B, state.tokens_BxT.shape[1])
 
   min_done = rows_B.shape[0] if min_done is None else min_done
 
@@ -106,12 +127,14 @@ def decode_impl(params, state: DecodeState, max_steps, min_done=None, layer_para
     i, s = carry
     active_B = ~s.done_B
     pos_B = s.lengths_B
-    token_B, logp_B, logz_B = controls.choose(s.logits_BxV, s.seeds_B, pos_B, config)
+    u_B = None if u_BxT is None else u_BxT[rows_B, jnp.minimum(pos_B, u_BxT.shape[1] - 1)]
+    token_B, logp_B, logz_B = controls.choose(s.logits_BxV, s.seeds_B, pos_B, config, u_B)
     token_B = jnp.where(active_B, token_B, pad_id)
     write_B = jnp.where(active_B, pos_B, s.tokens_BxT.shape[1])  # out of range: dropped
     put = lambda buf, v: buf.at[rows_B, write_B].set(v, mode="drop")
     logits, caches = models.apply_layers_with_cache(
-        model_config, params, layer_params, token_B[:, None], pos_B[:, None], s.caches)
+        model_config, params, weights["layers"], token_B[:, None], pos_B[:, None], s.caches,
+        head_ExV=weights["head_ExV"])
     stopped_B = active_B & jnp.isin(token_B, stop_ids)
     s = s.replace(
         caches=caches, tokens_BxT=put(s.tokens_BxT, token_B), logp_BxT=put(s.logp_BxT, logp_B),
@@ -187,6 +210,7 @@ def take_rows_impl(state: DecodeState, rows_R) -> DecodeState:
 
 prefill = jax.jit(prefill_impl, static_argnames=("model_config", "capacity", "group_size",
                                                   "pad_id"))
+decode_weights = jax.jit(models.decode_weights, static_argnames=("config",))
 decode = jax.jit(decode_impl, static_argnames=("model_config", "config", "pad_id"),
                  donate_argnames=("state",))
 append = jax.jit(append_impl, static_argnames=("model_config", "pad_id"),

@@ -121,20 +121,20 @@ def stop_string_cuts(tokens_BxT, before_B, after_B, response_start_B, rows, deto
   return keep, hit
 
 
-def _run(params, state, config, model_config, pad_id, detokenize):
+def _run(params, state, config, model_config, pad_id, detokenize, weights=None):
   """Decodes to the end; with stop strings, in chunks checked on the host."""
   device_config = config.device_key()
   capacity = state.tokens_BxT.shape[1]
   if not config.stop_strings:
-    return engine.decode(params, state, jnp.int32(capacity), model_config=model_config,
-                         config=device_config, pad_id=pad_id)
+    return engine.decode(params, state, jnp.int32(capacity), None, weights,
+                         model_config=model_config, config=device_config, pad_id=pad_id)
   if detokenize is None:
     raise ValueError("SamplingConfig.stop_strings needs a `detokenize` callable")
   # process_data.fetch: the host check sees every row on every process (multi-host)
   call_start = np.asarray(process_data.fetch(state.lengths_B))
   while True:
     before = np.asarray(process_data.fetch(state.lengths_B))
-    state = engine.decode(params, state, jnp.int32(config.stop_check_interval),
+    state = engine.decode(params, state, jnp.int32(config.stop_check_interval), None, weights,
                           model_config=model_config, config=device_config, pad_id=pad_id)
     tokens, after, done = process_data.fetch((state.tokens_BxT, state.lengths_B, state.done_B))
     keep, hit = stop_string_cuts(tokens, before, after, call_start, range(len(after)),
@@ -177,11 +177,14 @@ def generate(params, prompts_BxP, prompt_lens_B, rng, *, model_config,
         lens.reshape(-1, group_size) == lens[::group_size, None]).all():
       raise ValueError("group_size > 1 needs the G rows of each group to hold the same prompt")
   seeds = row_seeds(rng, batch) if seeds_B is None else jnp.asarray(seeds_B, jnp.int32)
+  weights = engine.decode_weights(model_config, params)  # shared by prefill and decode
   state = engine.prefill(params, jnp.asarray(prompts), jnp.asarray(lens), seeds,
-                         budget(config, max_new_tokens, batch), model_config=model_config,
+                         budget(config, max_new_tokens, batch), weights,
+                         model_config=model_config,
                          capacity=prompts.shape[1] + config.max_new_tokens,
                          group_size=group_size, pad_id=pad_id)
-  state = _run(params, state, _with_eos(config, eos_id), model_config, pad_id, detokenize)
+  state = _run(params, state, _with_eos(config, eos_id), model_config, pad_id, detokenize,
+               weights)
   return (rollout_of(state), state) if return_state else rollout_of(state)
 
 
@@ -211,5 +214,6 @@ def extend(params, state: engine.DecodeState, rows: Sequence[int],
   state = engine.append(params, state, jnp.asarray(tokens_BxC), jnp.asarray(counts),
                         jnp.asarray(resume), budget(config, max_new_tokens, batch),
                         model_config=model_config, pad_id=pad_id)
-  state = _run(params, state, _with_eos(config, eos_id), model_config, pad_id, detokenize)
+  state = _run(params, state, _with_eos(config, eos_id), model_config, pad_id, detokenize,
+               engine.decode_weights(model_config, params))
   return rollout_of(state), state

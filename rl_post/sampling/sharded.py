@@ -2,7 +2,8 @@
 
 The decode state gets logical axis names from the same rules table as the
 parameters: KV caches are (cache_batch, cache_length, cache_kv_heads,
-head_dim) -- batch over data/fsdp, kv heads over tensor by default -- and
+head_dim) in the order of their layout (`rl_post.models.kv_cache`) -- batch
+over data/fsdp, kv heads over tensor by default -- and
 per-row buffers are (batch, length). Decode attention is
 `rl_post.kernels.attention.decode_attention` inside the model; its XLA
 implementation partitions under jit like any einsum, so no shard_map is
@@ -16,20 +17,20 @@ import jax
 import jax.numpy as jnp
 
 from rl_post import models
+from rl_post.models import kv_cache
 from rl_post.parallel import sharding
 from rl_post.rl.logprobs import sequence_logprobs
 from rl_post.sampling import engine
 from rl_post.sampling.controls import SamplingConfig
 from rl_post.sampling.sampler import budget, rollout_of
 
-CACHE_AXES = ("cache_batch", "cache_length", "cache_kv_heads", "head_dim")
 
-
-def state_logical_axes(num_layers: int) -> engine.DecodeState:
-  """Logical axis names of every DecodeState field."""
+def state_logical_axes(model_config) -> engine.DecodeState:
+  """Logical axis names of every DecodeState field (caches in their layout)."""
   row_t, row = ("batch", "length"), ("batch",)
+  cache_axes = kv_cache.logical_axes(kv_cache.layout(model_config))
   return engine.DecodeState(
-      caches=[{"k": CACHE_AXES, "v": CACHE_AXES} for _ in range(num_layers)],
+      caches=[dict(cache_axes) for _ in range(model_config.num_layers)],
       tokens_BxT=row_t, logp_BxT=row_t, trunc_logz_BxT=row_t, mask_BxT=row_t,
       loss_mask_BxT=row_t, prompt_lens_B=row, lengths_B=row, new_B=row, budget_B=row,
       done_B=row, stopped_B=row, logits_BxV=("batch", "vocab"), seeds_B=row)
@@ -51,7 +52,7 @@ class ShardedRollout:
     self.model_config, self.config = model_config, config
     params_sh = sharding.tree_shardings(models.param_logical_axes(model_config),
                                         models.abstract_params(model_config), mesh, rules)
-    state_sh = _named(state_logical_axes(model_config.num_layers), mesh, rules)
+    state_sh = _named(state_logical_axes(model_config), mesh, rules)
     rows, rows_t = (sharding.batch_sharding(mesh, rules, n) for n in (1, 2))
     scalar = sharding.replicated(mesh)
     stop = config.stop_token_ids | ({int(eos_id)} if eos_id is not None and eos_id >= 0
