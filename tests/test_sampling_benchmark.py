@@ -21,7 +21,8 @@ def test_sampling_benchmark_smoke(tmp_path):
   assert systems == {("a", "rl_post engine"), ("a", "rl_post main (static)"),
                      ("a", "HF generate (torch)"), ("a", "matmuls only (floor)"),
                      ("d", "rl_post continuous"),
-                     ("d", "rl_post continuous (no shrink)"), ("d", "rl_post static")}
+                     ("d", "rl_post continuous (no shrink)"),
+                     ("d", "rl_post continuous (refill at 1/4 free)"), ("d", "rl_post static")}
   by = {(r["workload"], r["system"]): r for r in result["rows"]}
   assert by["a", "HF generate (torch)"]["hf_logit_max_diff"] < 1e-4  # same weights
   assert by["d", "rl_post continuous"]["tokens_equal_static"]
@@ -33,3 +34,21 @@ def test_sampling_benchmark_smoke(tmp_path):
   assert floor["matmuls_only_tokens_per_s"] == by["a", "matmuls only (floor)"]["tokens_per_s"]
   assert floor["three_x_hf_tokens_per_s"] == 3 * by["a", "HF generate (torch)"]["tokens_per_s"]
   assert "matmuls alone allow" in proc.stdout
+  assert all(len(r["cpu_seconds_all"]) == 1 for r in result["rows"])  # timed in turns
+
+
+def test_decode_profile_smoke(tmp_path):
+  out = tmp_path / "profile.json"
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", "decode_profile.py"),
+       "--smoke", "--calls=2", f"--out={out}"],
+      capture_output=True, text=True, check=False, timeout=600,
+      env=dict(os.environ, PYTHONPATH=ROOT))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(out.read_text())
+  # every per-step op is labelled; the matmuls, attention and cache writes are found
+  assert {"matmul: projections and MLP", "matmul: output head", "KV cache write",
+          "attention: scores"} <= set(result["by_label"]), result["by_label"]
+  assert abs(sum(result["by_label"].values()) - result["us_per_step"]) < 1e-6
+  assert all(o["us_per_step"] > 0 for o in result["ops"])
+  assert "us/step" in proc.stdout

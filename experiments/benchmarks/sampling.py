@@ -14,13 +14,17 @@ logits are checked against ours. Workloads (one GRPO rollout batch each):
   d: like b, 64 requests (4 rollout batches of 16) with response budgets
      drawn from 8..256, 16 slots: continuous batching (refill as soon as a
      slot frees; the draining batch halves as rows finish, and without
-     that) vs the static path (batches of 16, each as long as its longest
-     row)
+     that; and refilling once a quarter of the slots is free, the library
+     default: fewer decode calls, and the first step of a call costs more
+     than a step inside the loop) vs the static path (batches of 16, each
+     as long as its longest row)
 No EOS: every row samples its full budget (temperature 1, no truncation),
 so all systems generate the same number of tokens. Times are CPU seconds
 of the pinned single-threaded process (wall seconds are in the JSON too:
 on a shared machine they include other jobs' time slices); tokens/s is
-generated tokens per CPU second. Prefill MFU is the prefill's useful
+generated tokens per CPU second. Systems are timed in turns (repeat i of
+each, then repeat i + 1; median of --repeats) so the VM's drift hits them
+alike. Prefill MFU is the prefill's useful
 FLOP/s over the f32 matmul peak measured here.
 Workloads a-c also time "matmuls only (floor)": the same number of decode
 steps doing nothing but the model's matmuls (decode_matmuls_fn), a floor
@@ -95,9 +99,27 @@ def timed(fn, repeats):
   return timed_both(fn, repeats)[0]
 
 
-def _measure(row, fn, repeats):
-  row["seconds"], row["wall_seconds"] = timed_both(fn, repeats)
-  return row
+def measure_interleaved(systems, repeats):
+  """Times [(row, fn), ...] round-robin: repeat i of every system, then repeat i + 1.
+
+  The VM's speed drifts by 10-40% over tens of seconds (other tenants), so
+  timing one system's repeats after another's can favour either; in turns,
+  every system sees the same drift. Fills each row's median CPU and wall
+  seconds (after one warm-up call each) and returns the rows.
+  """
+  for _, fn in systems:
+    jax.block_until_ready(fn(0))
+  cpu, wall = [[] for _ in systems], [[] for _ in systems]
+  for i in range(repeats):
+    for j, (_, fn) in enumerate(systems):
+      start_cpu, start = time.process_time(), time.perf_counter()
+      jax.block_until_ready(fn(i + 1))
+      cpu[j].append(time.process_time() - start_cpu)
+      wall[j].append(time.perf_counter() - start)
+  for j, (row, _) in enumerate(systems):
+    row.update(seconds=statistics.median(cpu[j]), wall_seconds=statistics.median(wall[j]),
+               cpu_seconds_all=cpu[j])
+  return [row for row, _ in systems]
 
 
 def matmul_peak_flops(n=1024, repeats=5):
@@ -170,8 +192,8 @@ def run_static(name, w, config, params, repeats, peak, with_hf):
   legacy = lambda i: sampling_legacy.generate(
       params, prompts, lens, jax.random.key(i), model_config=config,
       config=sampling_legacy.SamplingConfig(max_new_tokens=r), eos_id=-1, pad_id=0).tokens_BxT
-  rows = [_measure(dict(workload=name, system="rl_post engine"), ours, repeats),
-          _measure(dict(workload=name, system="rl_post main (static)"), legacy, repeats)]
+  systems = [(dict(workload=name, system="rl_post engine"), ours),
+             (dict(workload=name, system="rl_post main (static)"), legacy)]
   if with_hf:
     import torch  # noqa: PLC0415
     model = hf_model(config, params)
@@ -188,10 +210,11 @@ def run_static(name, w, config, params, repeats, peak, with_hf):
                               do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                               max_new_tokens=r, min_new_tokens=r, eos_token_id=None,
                               pad_token_id=0).shape
-    rows.append(_measure(dict(workload=name, system="HF generate (torch)",
-                              hf_logit_max_diff=logit_diff), hf_generate, repeats))
-  rows.append(_measure(dict(workload=name, system="matmuls only (floor)"),
-                       decode_matmuls_fn(config, n, r), repeats))
+    systems.append((dict(workload=name, system="HF generate (torch)",
+                         hf_logit_max_diff=logit_diff), hf_generate))
+  systems.append((dict(workload=name, system="matmuls only (floor)"),
+                  decode_matmuls_fn(config, n, r)))
+  rows = measure_interleaved(systems, repeats)
   for row in rows:
     row.update(tokens=n * r, tokens_per_s=n * r / row["seconds"])
   seeds = row_seeds(jax.random.key(0), n)
@@ -240,19 +263,21 @@ def run_continuous(name, w, config, params, repeats):
                      model_config=config, config=sampling, eos_id=None, pad_id=0,
                      max_new_tokens=budgets[j:j + slots]).tokens_BxT for j in range(0, n, slots)]
 
-  def continuous(i, shrink=True):
+  def continuous(i, shrink=True, refill_fraction=1 / slots):
     return generate_continuous(params, prompts, lens, seeds(i), model_config=config,
                                config=sampling, num_slots=slots, eos_id=None, pad_id=0,
-                               max_new_tokens=budgets, refill_fraction=1 / slots,
+                               max_new_tokens=budgets, refill_fraction=refill_fraction,
                                shrink=shrink)[0].tokens_BxT
   a, b = np.concatenate(jax.device_get(static(7))), continuous(7)
   same = bool(np.array_equal(a, b))
-  rows = [_measure(dict(workload=name, system="rl_post continuous", tokens_equal_static=same,
-                        divergence=divergence(config, params, a, b, seeds(7), p)),
-                   continuous, repeats),
-          _measure(dict(workload=name, system="rl_post continuous (no shrink)"),
-                   lambda i: continuous(i, shrink=False), repeats),
-          _measure(dict(workload=name, system="rl_post static"), static, repeats)]
+  rows = measure_interleaved([
+      (dict(workload=name, system="rl_post continuous", tokens_equal_static=same,
+            divergence=divergence(config, params, a, b, seeds(7), p)), continuous),
+      (dict(workload=name, system="rl_post continuous (no shrink)"),
+       lambda i: continuous(i, shrink=False)),
+      (dict(workload=name, system="rl_post continuous (refill at 1/4 free)"),
+       lambda i: continuous(i, refill_fraction=0.25)),
+      (dict(workload=name, system="rl_post static"), static)], repeats)
   for row in rows:
     row.update(tokens=int(budgets.sum()), tokens_per_s=float(budgets.sum()) / row["seconds"])
   return rows
@@ -261,7 +286,7 @@ def run_continuous(name, w, config, params, repeats):
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--workloads", default="a,b,d")
-  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--core", type=int, default=None, help="CPU to pin to (default: last)")
   parser.add_argument("--no_hf", action="store_true")
   parser.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
