@@ -10,8 +10,8 @@ caller), so the cache always suits the decode attention that reads it:
                 tile). Scores reduce k over D, which is not the minor axis,
                 so the loop is vectorised over slots; over [B, S, K, D] the
                 reduction runs along the 32-64 contiguous floats of one
-                slot and was 2.5-3x slower per layer and decode step
-                (`experiments/benchmarks/sampling.py`, workload b).
+                slot, and was the slowest op of a CPU decode step after
+                the matmuls (`experiments/benchmarks/decode_profile.py`).
 
 Slot s of row b holds the token at absolute position s in both layouts.
 """

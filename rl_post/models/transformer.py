@@ -174,10 +174,9 @@ def init_layer_caches(config: ModelConfig, batch_size: int, max_len: int, dtype=
 def head_matrix(config: ModelConfig, params):
   """The output projection as [E, V] (the tied embedding transposed, a copy).
 
-  A decode loop computes it once per call: read in the tied head's own
-  [V, E] layout, the logits matmul of a decode step took 0.70 ms instead
-  of 0.49 ms on CPU (profile of workload b in
-  `experiments/benchmarks/sampling.py`).
+  A decode loop computes it once per rollout: read in the tied head's own
+  [V, E] layout, the logits matmul was the costliest op of a CPU decode
+  step (`experiments/benchmarks/decode_profile.py`).
   """
   if config.tie_embeddings:
     return jnp.transpose(params["embed"]["embedding"])
