@@ -104,7 +104,8 @@ def decode_attention(q, k_cache, v_cache, lengths, *, impl="auto", kv_layout="bs
   if kv_layout == "transposed":
     if impl == "pallas":
       raise ValueError("the Pallas decode kernels read the 'bskd' cache layout")
-    if k_cache.ndim != 4 or v_cache.ndim != 4:
+    if (k_cache.ndim != 4 or v_cache.ndim != 4 or
+        k_cache.shape != tuple(v_cache.shape[i] for i in (0, 1, 3, 2))):
       raise ValueError(f"transposed caches must be k [B, Hkv, D, S] and v [B, Hkv, S, D]; "
                        f"got {k_cache.shape} and {v_cache.shape}")
     as_bskd = lambda x, perm: jax.ShapeDtypeStruct(tuple(x.shape[i] for i in perm), x.dtype)

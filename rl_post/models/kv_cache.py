@@ -72,7 +72,8 @@ def write(cache: dict, k_BxTxKxD, v_BxTxKxD, positions_BxT, cache_layout: str) -
 
 
 def as_bskd(cache: dict, cache_layout: str):
-  """(k, v) as [B, S, K, D] views (a transpose for "transposed"; tests, prefill)."""
+  """(k, v) as [B, S, K, D] (for "transposed", a transposed copy: used when a chunk
+  is prefilled onto an existing cache, once per appended chunk, and in tests)."""
   if cache_layout == "bskd":
     return cache["k"], cache["v"]
   return jnp.transpose(cache["k"], (0, 3, 1, 2)), jnp.transpose(cache["v"], (0, 2, 1, 3))
