@@ -8,15 +8,19 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_sampling_benchmark_smoke(tmp_path):
-  out = tmp_path / "sampling.json"
+def run_benchmark(script, out, *flags):
+  """(completed process, JSON result) of experiments/benchmarks/<script> --smoke."""
   proc = subprocess.run(
-      [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", "sampling.py"),
-       "--smoke", "--repeats=1", f"--out={out}"],
+      [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", script), "--smoke",
+       *flags, f"--out={out}"],
       capture_output=True, text=True, check=False, timeout=600,
       env=dict(os.environ, PYTHONPATH=ROOT))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  result = json.loads(out.read_text())
+  return proc, json.loads(out.read_text())
+
+
+def test_sampling_benchmark_smoke(tmp_path):
+  proc, result = run_benchmark("sampling.py", tmp_path / "sampling.json", "--repeats=1")
   systems = {(r["workload"], r["system"]) for r in result["rows"]}
   assert systems == {("a", "rl_post engine"), ("a", "rl_post main (static)"),
                      ("a", "HF generate (torch)"), ("a", "matmuls only (floor)"),
@@ -38,14 +42,7 @@ def test_sampling_benchmark_smoke(tmp_path):
 
 
 def test_decode_profile_smoke(tmp_path):
-  out = tmp_path / "profile.json"
-  proc = subprocess.run(
-      [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", "decode_profile.py"),
-       "--smoke", "--calls=2", f"--out={out}"],
-      capture_output=True, text=True, check=False, timeout=600,
-      env=dict(os.environ, PYTHONPATH=ROOT))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  result = json.loads(out.read_text())
+  proc, result = run_benchmark("decode_profile.py", tmp_path / "profile.json", "--calls=2")
   # every per-step op is labelled; the matmuls, attention and cache writes are found
   assert {"matmul: projections and MLP", "matmul: output head", "KV cache write",
           "attention: scores"} <= set(result["by_label"]), result["by_label"]

@@ -41,6 +41,7 @@ def logical_axes(cache_layout: str) -> dict:
 
 
 def shapes(cache_layout: str, batch: int, slots: int, kv_heads: int, head_dim: int) -> dict:
+  """{"k": shape, "v": shape} of one layer's cache in `cache_layout`."""
   b, s, k, d = batch, slots, kv_heads, head_dim
   if cache_layout == "bskd":
     return {"k": (b, s, k, d), "v": (b, s, k, d)}

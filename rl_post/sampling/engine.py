@@ -149,8 +149,8 @@ def decode_impl(params, state: DecodeState, max_steps, min_done=None, weights=No
   return jax.lax.while_loop(cond, body, (jnp.int32(0), state))[1]
 
 
-def append_impl(params, state: DecodeState, tokens_BxC, counts_B, resume_B, budget_B, *,
-           model_config, pad_id: int) -> DecodeState:
+def append_impl(params, state: DecodeState, tokens_BxC, counts_B, resume_B, budget_B,
+                weights=None, *, model_config, pad_id: int) -> DecodeState:
   """Appends counts_B[b] tokens to row b (not trainable) and re-opens rows.
 
   The chunk is prefilled onto the existing cache after each row's last
@@ -165,9 +165,11 @@ def append_impl(params, state: DecodeState, tokens_BxC, counts_B, resume_B, budg
   tokens_BxC = jnp.where(jnp.arange(chunk)[None] < counts_B[:, None], tokens_BxC, pad_id)
   feed_Bx1C = jnp.concatenate([last_B[:, None], tokens_BxC], axis=1)
   positions = state.lengths_B[:, None] - 1 + jnp.arange(chunk + 1, dtype=jnp.int32)[None]
+  if weights is None:
+    weights = models.decode_weights(model_config, params)
   logits, caches = models.apply_layers_with_cache(
-      model_config, params, models.unstack_blocks(params), feed_Bx1C, positions, state.caches,
-      logits_at_B=counts_B)
+      model_config, params, weights["layers"], feed_Bx1C, positions, state.caches,
+      logits_at_B=counts_B, head_ExV=weights["head_ExV"])
   slots_BxC = jnp.where(jnp.arange(chunk)[None] < counts_B[:, None], positions[:, 1:],
                         state.tokens_BxT.shape[1])
   rows_Bx1 = rows_B[:, None]

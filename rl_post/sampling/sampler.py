@@ -211,9 +211,10 @@ def extend(params, state: engine.DecodeState, rows: Sequence[int],
   if over.size:
     raise ValueError(f"rows {over.tolist()} would exceed the cache capacity {capacity} "
                      "(generate with a larger max_new_tokens)")
+  weights = engine.decode_weights(model_config, params)  # shared by append and decode
   state = engine.append(params, state, jnp.asarray(tokens_BxC), jnp.asarray(counts),
-                        jnp.asarray(resume), budget(config, max_new_tokens, batch),
+                        jnp.asarray(resume), budget(config, max_new_tokens, batch), weights,
                         model_config=model_config, pad_id=pad_id)
   state = _run(params, state, _with_eos(config, eos_id), model_config, pad_id, detokenize,
-               engine.decode_weights(model_config, params))
+               weights)
   return rollout_of(state), state
