@@ -24,6 +24,7 @@ def test_sampling_benchmark_smoke(tmp_path):
   systems = {(r["workload"], r["system"]) for r in result["rows"]}
   assert systems == {("a", "rl_post engine"), ("a", "rl_post main (static)"),
                      ("a", "HF generate (torch)"), ("a", "matmuls only (floor)"),
+                     ("a", "matmuls only, torch (floor)"),
                      ("d", "rl_post continuous"),
                      ("d", "rl_post continuous (no shrink)"),
                      ("d", "rl_post continuous (refill at 1/4 free)"), ("d", "rl_post static")}
@@ -37,7 +38,14 @@ def test_sampling_benchmark_smoke(tmp_path):
   floor = result["floors"]["a"]
   assert floor["matmuls_only_tokens_per_s"] == by["a", "matmuls only (floor)"]["tokens_per_s"]
   assert floor["three_x_hf_tokens_per_s"] == 3 * by["a", "HF generate (torch)"]["tokens_per_s"]
+  assert floor["torch_matmuls_only_tokens_per_s"] == by["a", "matmuls only, torch (floor)"][
+      "tokens_per_s"]
+  fastest = max(floor["matmuls_only_tokens_per_s"], floor["torch_matmuls_only_tokens_per_s"])
+  assert floor["three_x_hf_reachable"] == (fastest > floor["three_x_hf_tokens_per_s"])
   assert "matmuls alone allow" in proc.stdout
+  bound = by["d", "rl_post continuous"]["step_bound"]
+  assert bound["static_steps"] >= bound["continuous_steps"] >= bound["full_width_steps"]
+  assert "decode steps static" in proc.stdout
   assert all(len(r["cpu_seconds_all"]) == 1 for r in result["rows"])  # timed in turns
 
 
@@ -49,3 +57,15 @@ def test_decode_profile_smoke(tmp_path):
   assert abs(sum(result["by_label"].values()) - result["us_per_step"]) < 1e-6
   assert all(o["us_per_step"] > 0 for o in result["ops"])
   assert "us/step" in proc.stdout
+
+
+def test_step_bound_on_hand_made_budgets(monkeypatch):
+  # importing the benchmark appends to XLA_FLAGS; monkeypatch restores it
+  monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "experiments", "benchmarks"))
+  import sampling  # noqa: PLC0415
+  # slots 2: static runs [5, 1] then [1, 5] -> 10 steps; first in, first out:
+  # slot 0 takes 5, slot 1 takes 1 then 1 then 5 -> ends at 7.
+  bound = sampling.step_bound([5, 1, 1, 5], 2)
+  assert (bound["static_steps"], bound["continuous_steps"]) == (10, 7)
+  assert bound["full_width_steps"] == 6 and abs(bound["ratio"] - 10 / 7) < 1e-12

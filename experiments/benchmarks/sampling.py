@@ -26,7 +26,8 @@ generated tokens per CPU second. Systems are timed in turns (repeat i of
 each, then repeat i + 1; median of --repeats) so the VM's drift hits them
 alike. Prefill MFU is the prefill's useful
 FLOP/s over the f32 matmul peak measured here.
-Workloads a-c also time "matmuls only (floor)": the same number of decode
+Workloads a-c also time "matmuls only (floor)" (and, with HF, the same in
+PyTorch: "matmuls only, torch (floor)"): the same number of decode
 steps doing nothing but the model's matmuls (decode_matmuls_fn), a floor
 under any f32 decoder on this core; the JSON's `floors` says whether 3x HF
 lies above it.
@@ -180,6 +181,35 @@ def decode_matmuls_fn(config, rows, steps):
   return lambda i: run(weights, head_ExV, x_NxE + i)
 
 
+def torch_decode_matmuls_fn(config, rows, steps):
+  """`decode_matmuls_fn` in PyTorch (one thread): the same floor with MKL's matmuls.
+
+  The XLA floor alone would only bound XLA programs; the lower of the two
+  bounds any f32 decoder built on either library's matmuls on this core.
+  To keep Python's per-op cost small, q/k/v and gate/up are each one
+  matmul of the concatenated weights (the same FLOPs), four per layer.
+  """
+  import torch  # noqa: PLC0415
+  torch.set_num_threads(1)
+  c = config
+  e, q, kv, f = c.embed_dim, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.mlp_dim
+  shapes = [(e, q + 2 * kv), (q, e), (e, 2 * f), (f, e)]
+  layers = [[torch.full(s, 1e-3) for s in shapes] for _ in range(c.num_layers)]
+  head_ExV = torch.full((e, c.vocab_size), 1e-3)
+
+  def run(i):
+    x_NxE = torch.ones(rows, e) + i
+    with torch.inference_mode():
+      for _ in range(steps):
+        for w_qkv, wo, w_gu, wd in layers:
+          x_NxE = x_NxE + (x_NxE @ w_qkv)[:, :q] @ wo
+          gate_up = x_NxE @ w_gu
+          x_NxE = x_NxE + (gate_up[:, :f] * gate_up[:, f:]) @ wd
+        x_NxE = x_NxE + 1e-6 * (x_NxE @ head_ExV)[:, :e]
+    return x_NxE.shape
+  return run
+
+
 def run_static(name, w, config, params, repeats, peak, with_hf):
   n, p, r = w["prompts"] * w["group"], w["prompt"], w["response"]
   prompts = jnp.asarray(np.repeat(np.random.default_rng(0).integers(
@@ -214,6 +244,9 @@ def run_static(name, w, config, params, repeats, peak, with_hf):
                          hf_logit_max_diff=logit_diff), hf_generate))
   systems.append((dict(workload=name, system="matmuls only (floor)"),
                   decode_matmuls_fn(config, n, r)))
+  if with_hf:
+    systems.append((dict(workload=name, system="matmuls only, torch (floor)"),
+                    torch_decode_matmuls_fn(config, n, r)))
   rows = measure_interleaved(systems, repeats)
   for row in rows:
     row.update(tokens=n * r, tokens_per_s=n * r / row["seconds"])
@@ -248,6 +281,26 @@ def divergence(config, params, static_NxT, cont_NxT, seeds_N, prompt_len):
   return out
 
 
+def step_bound(budgets_N, slots: int) -> dict:
+  """Decode steps of the static path vs continuous batching's, from the budgets alone.
+
+  Static: batches of `slots` requests in input order, each as long as its
+  longest. Continuous: requests enter free slots in input order (first in,
+  first out: a scheduler does not know response lengths ahead) and the
+  rollout ends with its last row. Their ratio is what continuous batching
+  can gain if a step cost the same at any width; the draining batch's
+  narrower (cheaper) steps and per-call overheads move the measured ratio
+  above or below it.
+  """
+  budgets = [int(b) for b in budgets_N]
+  static = sum(max(budgets[j:j + slots]) for j in range(0, len(budgets), slots))
+  ends = [0] * slots
+  for b in budgets:
+    ends[ends.index(min(ends))] += b
+  return dict(static_steps=static, continuous_steps=max(ends),
+              full_width_steps=sum(budgets) / slots, ratio=static / max(ends))
+
+
 def run_continuous(name, w, config, params, repeats):
   rng = np.random.default_rng(1)
   n, p, slots = w["requests"], w["prompt"], w["slots"]
@@ -272,7 +325,8 @@ def run_continuous(name, w, config, params, repeats):
   same = bool(np.array_equal(a, b))
   rows = measure_interleaved([
       (dict(workload=name, system="rl_post continuous", tokens_equal_static=same,
-            divergence=divergence(config, params, a, b, seeds(7), p)), continuous),
+            divergence=divergence(config, params, a, b, seeds(7), p),
+            step_bound=step_bound(budgets, slots)), continuous),
       (dict(workload=name, system="rl_post continuous (no shrink)"),
        lambda i: continuous(i, shrink=False)),
       (dict(workload=name, system="rl_post continuous (refill at 1/4 free)"),
@@ -319,8 +373,11 @@ def main():
   for name in work:
     by = {r["system"]: r["tokens_per_s"] for r in rows if r["workload"] == name}
     if "matmuls only (floor)" in by and "HF generate (torch)" in by:
+      fastest = max(by["matmuls only (floor)"], by.get("matmuls only, torch (floor)", 0.0))
       floors[name] = dict(matmuls_only_tokens_per_s=by["matmuls only (floor)"],
+                          torch_matmuls_only_tokens_per_s=by.get("matmuls only, torch (floor)"),
                           three_x_hf_tokens_per_s=3 * by["HF generate (torch)"],
+                          three_x_hf_reachable=fastest > 3 * by["HF generate (torch)"],
                           engine_frac_of_matmuls_only=by["rl_post engine"]
                           / by["matmuls only (floor)"])
   print(f"\nf32 matmul peak (1 core): {peak / 1e9:.1f} GFLOP/s; load avg before "
@@ -338,9 +395,18 @@ def main():
                    load_avg_after=os.getloadavg(), smoke=args.smoke, rows=rows,
                    speedups=speedups, floors=floors), f, indent=1)
   for name, fl in floors.items():
-    print(f"{name}: matmuls alone allow {fl['matmuls_only_tokens_per_s']:.0f} tok/s; 3x HF is "
-          f"{fl['three_x_hf_tokens_per_s']:.0f}; the engine runs at "
-          f"{100 * fl['engine_frac_of_matmuls_only']:.0f}% of the matmuls-only rate")
+    torch_rate = fl["torch_matmuls_only_tokens_per_s"]
+    print(f"{name}: matmuls alone allow {fl['matmuls_only_tokens_per_s']:.0f} tok/s (XLA)"
+          + (f", {torch_rate:.0f} tok/s (torch)" if torch_rate else "")
+          + f"; 3x HF is {fl['three_x_hf_tokens_per_s']:.0f}"
+          + ("" if fl["three_x_hf_reachable"] else " (above both floors: out of reach)")
+          + f"; the engine runs at {100 * fl['engine_frac_of_matmuls_only']:.0f}% of the XLA "
+          "matmuls-only rate")
+  for r in rows:
+    if "step_bound" in r:
+      b = r["step_bound"]
+      print(f"{r['workload']}: decode steps static {b['static_steps']} vs continuous (first in, "
+            f"first out) {b['continuous_steps']}: at most {b['ratio']:.2f}x at equal step cost")
   print(f"wrote {args.out}")
 
 
