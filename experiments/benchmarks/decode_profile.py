@@ -2,6 +2,9 @@ r"""Where a decode step's time goes: per-op CPU trace of the compiled decode loo
 
   PYTHONPATH=. taskset -c 1 python experiments/benchmarks/decode_profile.py            # workload b
   PYTHONPATH=. taskset -c 1 python experiments/benchmarks/decode_profile.py --smoke --out /tmp/p.json
+  # a step of workload d's draining batch: 8 rows, capacity 288
+  PYTHONPATH=. taskset -c 1 python experiments/benchmarks/decode_profile.py --rows 8 --group 1 \
+      --response 256 --calls 1 --out /tmp/p8.json
 
 Runs the rollout engine's decode loop (`rl_post.sampling.engine.decode`) on
 workload b of `sampling.py` (4 layers, d=256, vocab 4096, 16 rows,
@@ -95,12 +98,17 @@ def trace_durations(trace_dir: str) -> tuple:
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--calls", type=int, default=3, help="profiled decode calls")
+  parser.add_argument("--rows", type=int, default=16, help="decode batch width")
+  parser.add_argument("--group", type=int, default=4, help="rows sharing a prompt")
+  parser.add_argument("--response", type=int, default=64, help="tokens per row (capacity: 32 +)")
   parser.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "results", "decode_profile.json"))
   args = parser.parse_args()
   arch = sampling_bench.SMOKE_ARCH if args.smoke else sampling_bench.ARCH["b"]
-  n, p, r, g = (4, 8, 8, 2) if args.smoke else (16, 32, 64, 4)
+  n, p, r, g = (4, 8, 8, 2) if args.smoke else (args.rows, 32, args.response, args.group)
+  if n % g:
+    raise SystemExit(f"--rows={n} must be a multiple of --group={g}")
   config = models.ModelConfig(**arch, attention_impl="xla")
   params = models.init_params(config, jax.random.key(0))
   prompts = jnp.asarray(np.repeat(np.random.default_rng(0).integers(
@@ -133,14 +141,15 @@ def main():
     by_label[what] += total / steps
     ops.append(dict(op=name, shape=shape, label=what, us_per_step=total / steps))
   total = sum(by_label.values())
-  print(f"decode step, workload {'smoke' if args.smoke else 'b'}: {total:.0f} us traced per step "
+  print(f"decode step, {'smoke' if args.smoke else f'{n} rows, capacity {p + r}'}: "
+        f"{total:.0f} us traced per step "
         f"(profiler overhead included)")
   print(f"{'what':34s} {'us/step':>8s} {'share':>7s}")
   for what, us in by_label.most_common():
     print(f"{what:34s} {us:8.1f} {us / total:7.1%}")
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
   with open(args.out, "w") as f:
-    json.dump(dict(smoke=args.smoke, steps=steps, us_per_step=total, by_label=dict(by_label),
+    json.dump(dict(smoke=args.smoke, rows=n, capacity=p + r, steps=steps, us_per_step=total, by_label=dict(by_label),
                    ops=sorted(ops, key=lambda o: -o["us_per_step"])), f, indent=1)
   print(f"wrote {args.out}")
 
