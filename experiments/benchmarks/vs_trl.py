@@ -141,6 +141,8 @@ def cpu_marks_of_writes(marks: list):
 
 def run_ours(c, export: str, workdir: str) -> dict:
   c.rl.init_from = export
+  # the update's time in time/train_s, not in the next rollout's (one core: nothing to overlap)
+  c.rl.metrics_one_step_late = False
   marks = [time.process_time()]
   undo = cpu_marks_of_writes(marks)
   try:

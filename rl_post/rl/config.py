@@ -49,6 +49,12 @@ class RLConfig:
       model.param_dtype, log-softmax in float32 (rl_post/training/precision.py).
     peak_flops: the accelerator's peak FLOP/s for the per-step MFU metric
       (0 = no MFU metric).
+    metrics_one_step_late: read step t's update metrics (loss, guard flag)
+      after step t+1's rollout, so the device runs the update while the
+      host does step t's bookkeeping and dispatches the next rollout; the
+      guard, metrics, eval and checkpoint of step t still come before
+      step t+1's update. False: read them right after the update (the
+      exact rollout/update time split).
     algo: the chosen algorithm's config (set by `load`, not a section field).
     prompt_buckets: prompt widths generation pads to (the smallest that
       fits the batch's longest prompt); () = the sampler's powers of two.
@@ -75,6 +81,7 @@ class RLConfig:
   async_staleness: int = 1
   compute_dtype: str = ""
   peak_flops: float = 0.0
+  metrics_one_step_late: bool = True
   algo: Any = None
   prompt_buckets: tuple[int, ...] = ()
 
@@ -110,6 +117,8 @@ class RLConfig:
     check(self.compute_dtype in ("", "float32", "bfloat16"), "compute_dtype",
           'must be "", "float32" or "bfloat16"', self.compute_dtype)
     check(self.peak_flops >= 0, "peak_flops", "must be >= 0 (0 = no MFU)", self.peak_flops)
+    check(isinstance(self.metrics_one_step_late, bool), "metrics_one_step_late",
+          "must be a bool", self.metrics_one_step_late)
     if self.algo is None:
       object.__setattr__(self, "algo", alg.config_cls())
     check(isinstance(self.algo, alg.config_cls), "algo",

@@ -8,6 +8,9 @@ One iteration, as data (N = B prompts x G generations):
   train_step x epochs x minibatches                            (jitted, donated)
 With dynamic filtering (`filtering.enabled`), further rounds of B prompts
 are drawn until B groups with unequal rewards are in hand (rl/filtering.py).
+The update is dispatched, not awaited: its metrics (and the non-finite
+guard's flag) are read after the next rollout, before the next update
+(`rl.metrics_one_step_late`; docs/algorithms.md).
 Checkpoints hold the TrainState, the iteration count and the mixture's
 curriculum state; task batches and sampling keys are functions of (seed,
 iteration, round) and that state, so a resumed run repeats exactly what an
@@ -23,36 +26,28 @@ from absl import logging
 
 from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
 from rl_post.checkpoint.params import load_model_config, load_params
-from rl_post.config_sections import from_section
-from rl_post.data import batching, domain_stats, eval_sets
-from rl_post.data.mixture import TaskConfig
-from rl_post.envs import trainer_rounds
+from rl_post.data import batching, domain_stats
 from rl_post.errors import MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics import progress as progress_lib
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
-from rl_post.parallel import mesh as mesh_lib
-from rl_post.parallel import process_data, sharding
+from rl_post.parallel import process_data
 from rl_post.parallel.process_rewards import ProcessSplitPool
 from rl_post.rewards.pool import RewardPool
-from rl_post.rewards.scoring import RewardConfig, reward_metrics
+from rl_post.rewards.scoring import reward_metrics
 from rl_post.rl import async_rewards
-from rl_post.rl import config as rl_config
 from rl_post.rl import critic as critic_lib
 from rl_post.rl import filtering
+from rl_post.rl.components import RLComponents
 from rl_post.rl.config import RLConfig
-from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
-                                   make_value_fn, rollout_batch)
-from rl_post.sampling.sampler import SamplingConfig, generate
-from rl_post.training import precision
+from rl_post.rl.train_step import rollout_batch
+from rl_post.sampling.sampler import generate
 from rl_post.training import state as state_lib
-from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
-from rl_post.training.guard import GuardConfig, NonFiniteGuard
-from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.faults import FaultInjector, FaultLog
+from rl_post.training.guard import NonFiniteGuard
 from rl_post.training.preemption import SigtermFlag
-from rl_post.training.run import RunContext, pretrained_params, scoped_run, setup_run
-from rl_post.training.step import jit_train_step
+from rl_post.training.run import RunContext, pretrained_params, scoped_run
 
 
 def _initial_params(ctx: RunContext, rl: RLConfig):
@@ -95,82 +90,8 @@ def _rollout_metrics(tasks_N, reward_batch, rollout, rl: RLConfig) -> dict:
   return metrics
 
 
-class _Components:
-  """Everything the loop needs, built once from the config."""
 
-  def __init__(self, config, workdir):
-    self.ctx = ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
-    self.rl = rl = rl_config.load(config.get("rl"))
-    # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
-    self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
-    self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
-    self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
-    self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
-    self.filtering = from_section(filtering.FilterConfig, config.get("filtering"), "filtering")
-    self.guard = from_section(GuardConfig, config.get("guard"), "guard")
-    self.faults = from_section(FaultsConfig, config.get("faults"), "faults")
-    if rl.async_rewards and self.filtering.enabled:
-      raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
-                       "see a round's rewards before drawing the next one")
-    divisor = ctx.batch_divisor()
-    minibatch = rl.rollouts_per_step // rl.num_minibatches
-    if minibatch % divisor:
-      raise ValueError(f"rl: minibatch size {minibatch} (batch_size * num_generations / "
-                       f"num_minibatches) must be a multiple of the mesh batch axes ({divisor})")
-    buckets = dict(length_buckets=tuple(rl.prompt_buckets)) if rl.prompt_buckets else {}
-    self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature,
-                                   **buckets)
-    self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
-    # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
-    self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
-    if self.episodes is not None and jax.process_count() > 1:
-      raise NotImplementedError("episodes.enabled runs on one process; multi-host RL runs "
-                                "single-turn rounds (docs/scale.md)")
-    self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
-    self.optimizer = make_optimizer(self.opt)
-    mesh, rules = ctx.mesh, ctx.rules
-    self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,
-                                                     rules)
-    self.critic_optimizer = None
-    if rl.uses_critic:  # the algorithm's extra state: critic params and their optimizer
-      self.critic_optimizer = critic_lib.make_critic_optimizer(self.opt,
-                                                               rl.algo.critic_learning_rate)
-      self.state_shardings = critic_lib.with_critic_shardings(
-          self.state_shardings, rl.algo.critic, ctx.model_config, self.critic_optimizer, mesh,
-          rules)
-    self.batch_sharding = {k: sharding.batch_sharding(mesh, rules, nd)
-                           for k, nd in batch_ndims(rl).items()}
-    cp_mesh = mesh_lib.context_mesh(mesh)
-    self.step_fn = jit_train_step(
-        make_rl_train_step(self.model_config, rl, self.optimizer, self.critic_optimizer,
-                           cp_mesh),
-        self.state_shardings, self.batch_sharding)
-    self.ref_fn = jax.jit(make_ref_logprobs(self.model_config, rl, cp_mesh))
-    if rl.uses_critic:
-      self.value_fn = jax.jit(make_value_fn(self.model_config, rl, cp_mesh))
-
-  def abstract_state(self):
-    """The checkpoint restore target (with the critic when the algorithm has one)."""
-    ctx = self.ctx
-    abstract = state_lib.abstract_state(ctx.model_config, self.optimizer, ctx.mesh, ctx.rules)
-    if self.critic_optimizer is None:
-      return abstract
-    return critic_lib.with_abstract_critic(abstract, self.state_shardings, self.rl.algo.critic,
-                                           ctx.model_config, self.critic_optimizer)
-
-  def shard(self, tree):
-    """A host batch (the same on every process) as global [batch, ...] arrays."""
-    return process_data.put_batch(tree, jax.tree.map(lambda x: self._rows(np.ndim(x)), tree))
-
-  def build_rows(self, make_rows, items: list):
-    """Global [batch, ...] arrays of `make_rows(items)`, each process building its rows."""
-    return process_data.build_local(make_rows, items, self._rows)
-
-  def _rows(self, ndim: int):
-    return sharding.batch_sharding(self.ctx.mesh, self.ctx.rules, ndim)
-
-
-def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> dict:
+def _evaluate_heldout(c: RLComponents, params, step: int, pool: RewardPool) -> dict:
   """Held-out completion rate, greedy and sampled at the training temperature."""
   if not c.mixture.heldout:
     return {}
@@ -185,7 +106,7 @@ def _evaluate_heldout(c: _Components, params, step: int, pool: RewardPool) -> di
   return metrics
 
 
-def _launch_round(c: _Components, params, ref_params, pool, timer, it: int, rnd: int) -> dict:
+def _launch_round(c: RLComponents, params, ref_params, pool, timer, it: int, rnd: int) -> dict:
   """Generates one round of B prompts x G generations and starts scoring it
   (round 0: the step's batch); reference log-probs are dispatched, not awaited."""
   if c.episodes is not None:
@@ -210,7 +131,7 @@ def _launch_round(c: _Components, params, ref_params, pool, timer, it: int, rnd:
               tokens=rollout.tokens_BxT)
 
 
-def _finish_round(c: _Components, state, launched: dict, timer) -> dict:
+def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
   """Critic values under the current policy, then waits for the rewards."""
   with timer("reward"):
     values = (c.value_fn(state.params, state.critic, launched["tokens"])
@@ -222,13 +143,13 @@ def _finish_round(c: _Components, state, launched: dict, timer) -> dict:
               values=None if values is None else process_data.fetch(values))
 
 
-def _rollout_round(c: _Components, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
+def _rollout_round(c: RLComponents, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
   """One round, launched and scored at once (the synchronous path)."""
   return _finish_round(c, state, _launch_round(c, state.params, ref_params, pool, timer, it,
                                                rnd), timer)
 
 
-def _update_mixture(c: _Components, scored: dict) -> dict:
+def _update_mixture(c: RLComponents, scored: dict) -> dict:
   """Feeds every scored round to the curriculum; returns per-domain/difficulty stats."""
   if c.episodes is not None:  # episode tasks are not the mixture's
     return c.episodes.step_metrics(scored)
@@ -256,7 +177,7 @@ def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
 @scoped_run
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) `config.rl.algorithm`; returns the final metrics."""
-  c = _Components(config, workdir)
+  c = RLComponents(config, workdir)
   ctx, rl = c.ctx, c.rl
 
   def fresh_state():
@@ -316,80 +237,123 @@ def train(config, workdir: str) -> dict:
     logging.info("rl.peak_flops is 0: perf/mfu omitted (perf/model_tflop is logged)")
   last_metrics = {}
   preempt = SigtermFlag().__enter__()
-  it = start
-  try:
-    while it < rl.num_steps:
-      step_start = time.perf_counter()
-      if pipeline is None:
-        picked, scored, filter_metrics = filtering.collect(
-            lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
-            lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
-      else:  # batches up to it + staleness launched with the current policy (async_rewards.py)
-        entry, filter_metrics = pipeline.next(
-            it, lambda j: _launch_round(c, state.params, ref_params, pool, timer, j, 0))
-        picked = scored = _finish_round(c, state, entry.payload, timer)
-      tasks_N, host, rewards, ref_logp, values = (
-          picked[k] for k in ("tasks_N", "host", "rewards", "ref_logp", "values"))
-      batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT,
-                            rewards.rewards_N, ref_logp_NxT=ref_logp, values_NxT=values)
-      batch = injector.poison(it + 1, batch, "adv")
-      with timer("train"):
-        step_metrics = []
-        for mb in _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it)):
-          state, m = c.step_fn(state, process_data.put_batch(mb, c.batch_sharding))
-          step_metrics.append(m)
-        step_metrics = jax.device_get(step_metrics)
-      metrics = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
-      skipped = int(sum(m["guard/skipped"] for m in step_metrics))
-      if guard.observe(it + 1, skipped):
-        state, restored_at = restore_latest()
-        if pipeline is not None:
-          pipeline.drain()  # sampled by the abandoned policy
-        guard.rolled_back(it + 1, restored_at)
-        logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
-                        "iteration %d", it + 1, c.guard.max_nonfinite_steps, restored_at)
-        writer.truncate_after(restored_at)
-        timer.reset()
-        it = restored_at
-        continue
-      metrics.update(_rollout_metrics(tasks_N, rewards, host, rl))
-      metrics.update(filter_metrics)
-      metrics.update(_update_mixture(c, scored))
-      metrics.update(timer.metrics())
-      timer.reset()
-      elapsed = time.perf_counter() - step_start
-      metrics["time/step_s"] = elapsed
-      if "time/rollout_s" in metrics:  # async: absent in a step that generated nothing
-        metrics["throughput/rollout_tokens_per_s"] = (
-            float(host.response_lens_B.sum()) / max(metrics["time/rollout_s"], 1e-9))
-      done = it + 1
-      metrics.update(progress_lib.mfu_metrics(
-          progress_lib.rl_step_flops(
-              c.model_config, num_sequences=rl.rollouts_per_step,
-              seq_len=rl.max_prompt_len + rl.max_new_tokens,
-              generated_tokens=rl.rollouts_per_step * rl.max_prompt_len
-              + int(host.response_lens_B.sum()),
-              num_epochs=rl.num_epochs, with_reference=rl.needs_reference),
-          elapsed, rl.peak_flops))
-      metrics.update(progress.update(done))
-      if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
-        with timer("eval"):
-          metrics.update(_evaluate_heldout(c, state.params, done, pool))
-      metrics.update(guard.metrics(), **fault_log.metrics())
-      writer.write(done, metrics)
-      logging.info("rl %s", progress.line(done, metrics))
-      if done % rl.checkpoint_every == 0 or done == rl.num_steps:
+  it = start  # the next iteration to update on; every one before it is dispatched
+
+  def collect(it: int):
+    """Step it + 1's rollout, scored: (picked, scored, filter_metrics)."""
+    if pipeline is None:
+      return filtering.collect(
+          lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
+          lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
+    # batches up to it + staleness launched with the current policy (async_rewards.py)
+    entry, filter_metrics = pipeline.next(
+        it, lambda j: _launch_round(c, state.params, ref_params, pool, timer, j, 0))
+    picked = _finish_round(c, state, entry.payload, timer)
+    return picked, picked, filter_metrics
+
+  def dispatch(picked, scored, filter_metrics, step_start: float) -> dict:
+    """Step it + 1's update (dispatched, its metrics left on the device unless
+    they are read at once) and the step's host-side metrics."""
+    nonlocal state
+    tasks_N, host, rewards, ref_logp, values = (
+        picked[k] for k in ("tasks_N", "host", "rewards", "ref_logp", "values"))
+    batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT,
+                          rewards.rewards_N, ref_logp_NxT=ref_logp, values_NxT=values)
+    batch = injector.poison(it + 1, batch, "adv")
+    with timer("train"):
+      device = []
+      for mb in _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it)):
+        state, m = c.step_fn(state, process_data.put_batch(mb, c.batch_sharding))
+        device.append(m)
+      if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
+        jax.block_until_ready(device)
+    metrics = _rollout_metrics(tasks_N, rewards, host, rl)
+    metrics.update(filter_metrics)
+    metrics.update(_update_mixture(c, scored))
+    metrics.update(timer.metrics())
+    timer.reset()
+    return dict(done=it + 1, device=device, host=metrics, start=step_start,
+                response_tokens=int(host.response_lens_B.sum()))
+
+  def finish(step: dict, step_end: float | None) -> str:
+    """Reads a dispatched step's update metrics; then its guard decision,
+    metrics, eval, checkpoint and faults. Returns "ok", "rolled_back" (state
+    and `it` restored) or "preempted"."""
+    nonlocal state, it, last_metrics
+    done, device = step["done"], jax.device_get(step["device"])
+    metrics = {k: float(np.mean([m[k] for m in device])) for k in device[0]}
+    skipped = int(sum(m["guard/skipped"] for m in device))
+    if guard.observe(done, skipped):
+      state, restored_at = restore_latest()
+      if pipeline is not None:
+        pipeline.drain()  # sampled by the abandoned policy
+      guard.rolled_back(done, restored_at)
+      logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
+                      "iteration %d", done, c.guard.max_nonfinite_steps, restored_at)
+      writer.truncate_after(restored_at)
+      timer.reset()  # a rollout already drawn for the next step is dropped
+      it = restored_at
+      return "rolled_back"
+    metrics.update(step["host"])
+    # one step late: from this step's start to the next one's (whose rollout
+    # waited for this update on the device)
+    elapsed = (time.perf_counter() if step_end is None else step_end) - step["start"]
+    metrics["time/step_s"] = elapsed
+    if "time/rollout_s" in metrics:  # async: absent in a step that generated nothing
+      metrics["throughput/rollout_tokens_per_s"] = (
+          step["response_tokens"] / max(metrics["time/rollout_s"], 1e-9))
+    metrics.update(progress_lib.mfu_metrics(
+        progress_lib.rl_step_flops(
+            c.model_config, num_sequences=rl.rollouts_per_step,
+            seq_len=rl.max_prompt_len + rl.max_new_tokens,
+            generated_tokens=rl.rollouts_per_step * rl.max_prompt_len + step["response_tokens"],
+            num_epochs=rl.num_epochs, with_reference=rl.needs_reference),
+        elapsed, rl.peak_flops))
+    metrics.update(progress.update(done))
+    if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
+      with timer("eval"):
+        metrics.update(_evaluate_heldout(c, state.params, done, pool))
+    metrics.update(guard.metrics(), **fault_log.metrics())
+    writer.write(done, metrics)
+    logging.info("rl %s", progress.line(done, metrics))
+    if done % rl.checkpoint_every == 0 or done == rl.num_steps:
+      save(done)
+      injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
+    last_metrics = metrics
+    injector.after_step(done)
+    if preempt.requested and done < rl.num_steps:
+      if checkpoints.latest_step() != done:
         save(done)
-        injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
-      last_metrics = metrics
-      injector.after_step(done)
-      it = done
-      if preempt.requested and it < rl.num_steps:
-        if checkpoints.latest_step() != done:
-          save(done)
-        fault_log.record("sigterm_checkpointed", done)
-        logging.warning("SIGTERM: saved checkpoint at iteration %d; exiting", done)
+      fault_log.record("sigterm_checkpointed", done)
+      logging.warning("SIGTERM: saved checkpoint at iteration %d; exiting", done)
+      return "preempted"
+    return "ok"
+
+  # Step t's update metrics are read after step t + 1's rollout (or right
+  # after the update when rl.metrics_one_step_late is False), but always
+  # before step t + 1's update: the guard can still roll back by dropping
+  # that rollout, and checkpoint t holds exactly the state after update t.
+  dispatched = None
+  try:
+    while it < rl.num_steps or dispatched is not None:
+      step_start = time.perf_counter()
+      rollout = collect(it) if it < rl.num_steps else None
+      if dispatched is not None:
+        outcome = finish(dispatched, step_start if rollout is not None else None)
+        dispatched = None
+        if outcome == "preempted":
+          break
+        if outcome == "rolled_back":
+          continue
+      if rollout is None:
         break
+      dispatched = dispatch(*rollout, step_start)
+      it += 1
+      if not rl.metrics_one_step_late:
+        outcome = finish(dispatched, None)
+        dispatched = None
+        if outcome == "preempted":
+          break
   finally:
     preempt.__exit__()
     checkpoints.close()

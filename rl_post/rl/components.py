@@ -1,0 +1,102 @@
+"""What an RL run is built from, once, from its config: the run context,
+validated sections, optimizer(s), shardings and the jitted update,
+reference and value functions (used by `rl_post.rl.trainer`)."""
+
+import jax
+import numpy as np
+
+from rl_post.config_sections import from_section
+from rl_post.data import eval_sets
+from rl_post.data.mixture import TaskConfig
+from rl_post.envs import trainer_rounds
+from rl_post.parallel import mesh as mesh_lib
+from rl_post.parallel import process_data, sharding
+from rl_post.rewards.scoring import RewardConfig
+from rl_post.rl import config as rl_config
+from rl_post.rl import critic as critic_lib
+from rl_post.rl import filtering
+from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
+                                   make_value_fn)
+from rl_post.sampling.sampler import SamplingConfig
+from rl_post.training import precision
+from rl_post.training import state as state_lib
+from rl_post.training.faults import FaultsConfig
+from rl_post.training.guard import GuardConfig
+from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.run import setup_run
+from rl_post.training.step import jit_train_step
+
+
+class RLComponents:
+  """Everything the loop needs, built once from the config."""
+
+  def __init__(self, config, workdir):
+    self.ctx = ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
+    self.rl = rl = rl_config.load(config.get("rl"))
+    # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
+    self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
+    self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
+    self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
+    self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
+    self.filtering = from_section(filtering.FilterConfig, config.get("filtering"), "filtering")
+    self.guard = from_section(GuardConfig, config.get("guard"), "guard")
+    self.faults = from_section(FaultsConfig, config.get("faults"), "faults")
+    if rl.async_rewards and self.filtering.enabled:
+      raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
+                       "see a round's rewards before drawing the next one")
+    divisor = ctx.batch_divisor()
+    minibatch = rl.rollouts_per_step // rl.num_minibatches
+    if minibatch % divisor:
+      raise ValueError(f"rl: minibatch size {minibatch} (batch_size * num_generations / "
+                       f"num_minibatches) must be a multiple of the mesh batch axes ({divisor})")
+    buckets = dict(length_buckets=tuple(rl.prompt_buckets)) if rl.prompt_buckets else {}
+    self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature,
+                                   **buckets)
+    self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
+    # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
+    self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
+    if self.episodes is not None and jax.process_count() > 1:
+      raise NotImplementedError("episodes.enabled runs on one process; multi-host RL runs "
+                                "single-turn rounds (docs/scale.md)")
+    self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
+    self.optimizer = make_optimizer(self.opt)
+    mesh, rules = ctx.mesh, ctx.rules
+    self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,
+                                                     rules)
+    self.critic_optimizer = None
+    if rl.uses_critic:  # the algorithm's extra state: critic params and their optimizer
+      self.critic_optimizer = critic_lib.make_critic_optimizer(self.opt,
+                                                               rl.algo.critic_learning_rate)
+      self.state_shardings = critic_lib.with_critic_shardings(
+          self.state_shardings, rl.algo.critic, ctx.model_config, self.critic_optimizer, mesh,
+          rules)
+    self.batch_sharding = {k: sharding.batch_sharding(mesh, rules, nd)
+                           for k, nd in batch_ndims(rl).items()}
+    cp_mesh = mesh_lib.context_mesh(mesh)
+    self.step_fn = jit_train_step(
+        make_rl_train_step(self.model_config, rl, self.optimizer, self.critic_optimizer,
+                           cp_mesh),
+        self.state_shardings, self.batch_sharding)
+    self.ref_fn = jax.jit(make_ref_logprobs(self.model_config, rl, cp_mesh))
+    if rl.uses_critic:
+      self.value_fn = jax.jit(make_value_fn(self.model_config, rl, cp_mesh))
+
+  def abstract_state(self):
+    """The checkpoint restore target (with the critic when the algorithm has one)."""
+    ctx = self.ctx
+    abstract = state_lib.abstract_state(ctx.model_config, self.optimizer, ctx.mesh, ctx.rules)
+    if self.critic_optimizer is None:
+      return abstract
+    return critic_lib.with_abstract_critic(abstract, self.state_shardings, self.rl.algo.critic,
+                                           ctx.model_config, self.critic_optimizer)
+
+  def shard(self, tree):
+    """A host batch (the same on every process) as global [batch, ...] arrays."""
+    return process_data.put_batch(tree, jax.tree.map(lambda x: self._rows(np.ndim(x)), tree))
+
+  def build_rows(self, make_rows, items: list):
+    """Global [batch, ...] arrays of `make_rows(items)`, each process building its rows."""
+    return process_data.build_local(make_rows, items, self._rows)
+
+  def _rows(self, ndim: int):
+    return sharding.batch_sharding(self.ctx.mesh, self.ctx.rules, ndim)
