@@ -11,6 +11,7 @@ from flax import nnx
 
 from rl_post.kernels import attention as attention_kernels
 from rl_post.models import kv_cache, rope
+from rl_post.models.matmul import dense_MxN, transposed_for_grad
 from rl_post.models.config import ModelConfig
 from rl_post.parallel import ring_attention, sharding
 
@@ -77,8 +78,9 @@ def _swiglu_bwd(residuals, d_out_MxE):
   d_up_MxF = d_hidden_MxF * silu_MxF
   d_gate_MxF = d_hidden_MxF * up_MxF * (sig_MxF * (1 + gate_MxF * (1 - sig_MxF)))
   d_x_MxE = d_gate_MxF @ gate_ExF.T + d_up_MxF @ up_ExF.T
-  return (d_x_MxE, x_MxE.T @ d_gate_MxF, x_MxE.T @ d_up_MxF,
-          (silu_MxF * up_MxF).T @ d_out_MxE)
+  x_ExM = transposed_for_grad(x_MxE)
+  return (d_x_MxE, x_ExM @ d_gate_MxF, x_ExM @ d_up_MxF,
+          transposed_for_grad(silu_MxF * up_MxF) @ d_out_MxE)
 
 
 swiglu_MxE.defvjp(_swiglu_fwd, _swiglu_bwd)
@@ -129,7 +131,7 @@ class Attention(nnx.Module):
   def _project(self, x_BxTxE, kernel, bias):
     b, t, e = x_BxTxE.shape
     _, h, d = kernel.shape
-    out = (x_BxTxE.reshape(b * t, e) @ kernel[...].astype(self.dtype).reshape(e, h * d))
+    out = dense_MxN(x_BxTxE.reshape(b * t, e), kernel[...].astype(self.dtype).reshape(e, h * d))
     out = out.reshape(b, t, h, d)
     if bias is not None:
       out = out + bias[...].astype(self.dtype)[None, None]
@@ -184,7 +186,7 @@ class Attention(nnx.Module):
     # never transposes o_proj (it did, on every decode step).
     b, t, h, d = out.shape
     o_proj_HDxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
-    out = (out.astype(self.dtype).reshape(b * t, h * d) @ o_proj_HDxE).reshape(b, t, -1)
+    out = dense_MxN(out.astype(self.dtype).reshape(b * t, h * d), o_proj_HDxE).reshape(b, t, -1)
     return out, new_cache
 
 

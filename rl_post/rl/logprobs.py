@@ -15,6 +15,7 @@ from flax import nnx
 
 from rl_post import models
 from rl_post.models import transformer
+from rl_post.models.matmul import dense_MxN
 from rl_post.parallel import ring_attention
 
 REMAT_POLICIES = ("none", "full", "dots")
@@ -83,6 +84,14 @@ def output_matrix_ExV(model_config, params):
   return params["lm_head"].astype(model_config.dtype)
 
 
+def _head_logits(h_BxCxE, w_ExV):
+  """float32 logits of a chunk: h @ w as one 2-D matmul (rl_post.models.matmul)."""
+  b, c, e = h_BxCxE.shape
+  if h_BxCxE.dtype == w_ExV.dtype == jnp.float32:
+    return dense_MxN(h_BxCxE.reshape(b * c, e), w_ExV).reshape(b, c, -1)
+  return jnp.einsum("bce,ev->bcv", h_BxCxE, w_ExV, preferred_element_type=jnp.float32)
+
+
 def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk: int,
                            mask_BxT=None):
   """(logp_BxT, entropy_BxT) from hidden states, `chunk` positions at a time.
@@ -113,8 +122,7 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
     live_K = live_BxN.reshape(b, num_chunks, chunk).any(axis=(0, 2))
 
   def compute(h_BxCxE, next_BxC):
-    logits_BxCxV = jnp.einsum("bce,ev->bcv", h_BxCxE, w_ExV,
-                              preferred_element_type=jnp.float32) / temperature
+    logits_BxCxV = _head_logits(h_BxCxE, w_ExV) / temperature
     lse_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
     picked_BxC = jnp.take_along_axis(logits_BxCxV, next_BxC[..., None], axis=-1)[..., 0]
     probs_BxCxV = jnp.exp(logits_BxCxV - lse_BxC[..., None])
