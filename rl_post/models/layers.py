@@ -11,8 +11,8 @@ from flax import nnx
 
 from rl_post.kernels import attention as attention_kernels
 from rl_post.models import kv_cache, rope
-from rl_post.models.matmul import dense_MxN, transposed_for_grad
 from rl_post.models.config import ModelConfig
+from rl_post.models.matmul import dense_MxN, transposed_for_grad
 from rl_post.parallel import ring_attention, sharding
 
 _init = nnx.initializers

@@ -15,7 +15,7 @@ from flax import nnx
 
 from rl_post import models
 from rl_post.models import transformer
-from rl_post.models.matmul import dense_MxN
+from rl_post.models.matmul import matmul_MxN
 from rl_post.parallel import ring_attention
 
 REMAT_POLICIES = ("none", "full", "dots")
@@ -88,7 +88,7 @@ def _head_logits(h_BxCxE, w_ExV):
   """float32 logits of a chunk: h @ w as one 2-D matmul (rl_post.models.matmul)."""
   b, c, e = h_BxCxE.shape
   if h_BxCxE.dtype == w_ExV.dtype == jnp.float32:
-    return dense_MxN(h_BxCxE.reshape(b * c, e), w_ExV).reshape(b, c, -1)
+    return matmul_MxN(h_BxCxE.reshape(b * c, e), w_ExV).reshape(b, c, -1)
   return jnp.einsum("bce,ev->bcv", h_BxCxE, w_ExV, preferred_element_type=jnp.float32)
 
 
