@@ -8,7 +8,9 @@ Whole GRPO step (rollout + reward + reference + update) of ours, TRL's
 GRPOTrainer and Tunix's GRPOLearner on sampling.py's workloads (a) and (b),
 each in its own process pinned to one core (step_baselines.py; the
 baselines' environments come from setup_baselines.sh). Default: all three,
-none with --smoke.
+none with --smoke. With ours, the same run times the step's matmul floor
+(step_floor.py: its GEMMs alone, with XLA and, in TRL's env, with torch),
+and the goal table says whether half of each baseline's step lies above it.
 
 Variants of the same GRPO update (loss, gradient, AdamW step):
   baseline   main's path: full [N, T, V] f32 logits, log-softmax and entropy
@@ -262,11 +264,15 @@ def main(argv=None):
     print(f"\nwhole GRPO step, one core, beta {step_baselines.BETA}; load avg before "
           f"{load[0]:.1f}, after {os.getloadavg()[0]:.1f}")
     print(step_baselines.table(whole))
+    print("\ngoal: ours <= half of each baseline's s/step; the floors are the step's GEMMs alone "
+          "(step_floor.py)")
+    print(step_baselines.goals_table(step_baselines.goals(whole)))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   speed = run_update_speed(args)
   with open(args.out, "w") as fh:
     json.dump({"matmul_peak_gflops": peak, "devices": str(jax.devices()), "rows": rows,
-               "whole_step": whole, "whole_step_load_avg": [load, os.getloadavg()],
+               "whole_step": whole, "whole_step_goals": step_baselines.goals(whole),
+               "whole_step_load_avg": [load, os.getloadavg()],
                "update_speed": speed}, fh, indent=1)
   return rows
 

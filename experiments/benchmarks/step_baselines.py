@@ -25,6 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SCRIPTS = {"ours": "whole_step.py", "trl": "trl_step.py", "tunix": "tunix_step.py"}
 NAMES = {"ours": "rl_post (JAX)", "trl": "TRL GRPOTrainer", "tunix": "Tunix GRPOLearner"}
+# The step's GEMMs alone (step_floor.py): with XLA in our interpreter, with torch in TRL's.
+FLOORS = {"floor_xla": ("ours", "--backend=jax"), "floor_torch": ("trl", "--backend=torch")}
+FLOOR_NAMES = {"floor_xla": "matmuls only, XLA (floor)", "floor_torch": "matmuls only, torch (floor)"}
 ARCH = {  # sampling.py's workloads (a) and (b)
     "a": dict(num_layers=2, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
               mlp_dim=512, vocab_size=512),
@@ -65,11 +68,12 @@ def specs(smoke: bool, steps: int) -> dict[str, dict]:
   return out
 
 
-def run_side(system: str, python: str, spec_path: str, out_path: str, core: int) -> dict:
+def run_side(script: str, python: str, spec_path: str, out_path: str, core: int,
+             extra: tuple[str, ...] = ()) -> dict:
   env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-  proc = subprocess.run(["taskset", "-c", str(core), python, os.path.join(HERE, SCRIPTS[system]),
-                         f"--spec={spec_path}", f"--out={out_path}"], capture_output=True,
-                        text=True, check=False, env=env)
+  proc = subprocess.run(["taskset", "-c", str(core), python, os.path.join(HERE, script),
+                         f"--spec={spec_path}", f"--out={out_path}", *extra],
+                        capture_output=True, text=True, check=False, env=env)
   if proc.returncode:
     lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
     return {"error": f"exit {proc.returncode}: " + " | ".join(lines[-3:])}
@@ -86,9 +90,19 @@ def summary_row(workload: str, result: dict) -> dict:
   return row
 
 
+def floor_row(workload: str, result: dict) -> dict:
+  return dict(workload=workload, system=result["system"], floor_s=result["floor_s"],
+              phase_s=result["phase_s"], phase_gflop=result["phase_gflop"],
+              versions=result["versions"])
+
+
 def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
                     workdir: str) -> list[dict]:
-  """One row per (workload, system); `x_ours` = its s/step over ours on that workload."""
+  """One row per (workload, system); `x_ours` = its s/step over ours on that workload.
+
+  With ours, also the step's matmul floor (step_floor.py) with XLA, and with
+  torch when TRL's interpreter is there: rows with `floor_s` instead of s/step.
+  """
   os.makedirs(workdir, exist_ok=True)
   rows = []
   for name, spec in specs(smoke, steps).items():
@@ -96,14 +110,21 @@ def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
     with open(spec_path, "w") as f:
       json.dump(spec, f)
     for system, python in systems.items():
-      result = run_side(system, python, spec_path, os.path.join(workdir, f"{system}_{name}.json"),
-                        core)
+      result = run_side(SCRIPTS[system], python, spec_path,
+                        os.path.join(workdir, f"{system}_{name}.json"), core)
       if "error" in result:
         if system == "ours":
           raise RuntimeError(f"our whole step failed on {name}: {result['error']}")
         rows.append(dict(workload=name, system=NAMES[system], error=result["error"]))
         continue
       rows.append(summary_row(name, result))
+    for floor, (owner, flag) in FLOORS.items():
+      if "ours" not in systems or owner not in systems:
+        continue
+      result = run_side("step_floor.py", systems[owner], spec_path,
+                        os.path.join(workdir, f"{floor}_{name}.json"), core, (flag,))
+      rows.append(dict(workload=name, system=FLOOR_NAMES[floor], error=result["error"])
+                  if "error" in result else floor_row(name, result))
     ours = next((r for r in rows if r["workload"] == name and r["system"] == NAMES["ours"]),
                 None)
     for r in rows:
@@ -112,16 +133,62 @@ def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
   return rows
 
 
+def goals(rows: list[dict]) -> list[dict]:
+  """Per (workload, baseline): is ours <= half its s/step, and is half above the floors?
+
+  Half a baseline's step below the XLA floor is out of reach for any XLA
+  program on this core; below the torch floor too, for any f32 one.
+  """
+  out = []
+  for name in dict.fromkeys(r["workload"] for r in rows):
+    by = {r["system"]: r for r in rows if r["workload"] == name and "error" not in r}
+    ours = by.get(NAMES["ours"])
+    xla, torch = (by.get(FLOOR_NAMES[f], {}).get("floor_s") for f in ("floor_xla", "floor_torch"))
+    for system in ("trl", "tunix"):
+      base = by.get(NAMES[system])
+      if not ours or not base:
+        continue
+      half = base["s_per_step"] / 2
+      out.append(dict(workload=name, baseline=NAMES[system], half_baseline_s=half,
+                      ours_s=ours["s_per_step"], met=ours["s_per_step"] <= half,
+                      xla_floor_s=xla, torch_floor_s=torch,
+                      ours_over_xla_floor=ours["s_per_step"] / xla if xla else None,
+                      reachable_with_xla=None if xla is None else half >= xla,
+                      reachable_in_f32=(None if xla is None and torch is None else
+                                        half >= min(x for x in (xla, torch) if x is not None))))
+  return out
+
+
 def table(rows: list[dict]) -> str:
-  head = (f"{'wl':<6}{'system':<20}{'first s':>9}{'s/step':>9}{'cpu s/step':>11}{'x ours':>8}"
+  head = (f"{'wl':<6}{'system':<28}{'first s':>9}{'s/step':>9}{'cpu s/step':>11}{'x ours':>8}"
           f"{'rollout tok/s':>14}")
   lines = [head, "-" * len(head)]
   for r in rows:
     if "error" in r:
-      lines.append(f"{r['workload']:<6}{r['system']:<20} failed: {r['error'][:300]}")
+      lines.append(f"{r['workload']:<6}{r['system']:<28} failed: {r['error'][:300]}")
+      continue
+    if "floor_s" in r:
+      lines.append(f"{r['workload']:<6}{r['system']:<28}{'-':>9}{r['floor_s']:>9.3f}{'-':>11}"
+                   f"{'-':>8}{'-':>14}   (" + ", ".join(f"{k} {v:.3f}"
+                                                   for k, v in r["phase_s"].items()) + ")")
       continue
     cpu = f"{r['cpu_s_per_step']:>11.3f}" if "cpu_s_per_step" in r else f"{'-':>11}"
     x = f"{r['x_ours']:>8.2f}" if "x_ours" in r else f"{'-':>8}"
-    lines.append(f"{r['workload']:<6}{r['system']:<20}{r['first_step_s']:>9.2f}"
+    lines.append(f"{r['workload']:<6}{r['system']:<28}{r['first_step_s']:>9.2f}"
                  f"{r['s_per_step']:>9.3f}{cpu}{x}{r['rollout_tokens_per_s']:>14.0f}")
+  return "\n".join(lines)
+
+
+def goals_table(rows: list[dict]) -> str:
+  lines = [f"{'wl':<6}{'baseline':<20}{'half of it s':>13}{'ours s':>8}{'met':>5}"
+           f"{'XLA floor':>10}{'torch floor':>12}{'ours/XLA floor':>15}  half vs floors"]
+  fmt = lambda x: f"{x:.3f}" if x is not None else "-"
+  for g in rows:
+    verdict = ("above both" if g["reachable_in_f32"] and g["reachable_with_xla"] else
+               "below the XLA floor" if g["reachable_with_xla"] is False and g["reachable_in_f32"]
+               else "below both" if g["reachable_in_f32"] is False else "above the XLA floor")
+    ratio = fmt(g["ours_over_xla_floor"]) if g["ours_over_xla_floor"] else "-"
+    lines.append(f"{g['workload']:<6}{g['baseline']:<20}{g['half_baseline_s']:>13.3f}"
+                 f"{g['ours_s']:>8.3f}{'yes' if g['met'] else 'no':>5}{fmt(g['xla_floor_s']):>10}"
+                 f"{fmt(g['torch_floor_s']):>12}{ratio:>15}  {verdict}")
   return "\n".join(lines)

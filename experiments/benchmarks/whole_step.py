@@ -8,7 +8,9 @@ baselines (trl_step.py, tunix_step.py) use, single-threaded. The spec
 P prompts x G, prompt and response lengths, beta, learning rate and steps.
 No EOS: every response is `response` tokens long on every side, and the
 reward is the fraction of even token ids in the response (the same
-function on every side), so all systems do the same work.
+function on every side), so all systems do the same work. Ours runs with `rl.shared_prefix` (each
+group's prompt through the update's and the reference's layers once, as the
+trainer does with it on) unless the spec says `"shared_prefix": false`.
 """
 
 import os
@@ -25,7 +27,8 @@ import numpy as np  # noqa: E402
 
 from rl_post import models  # noqa: E402
 from rl_post.rl import config as rl_config  # noqa: E402
-from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step, rollout_batch  # noqa: E402
+from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, rollout_batch,  # noqa: E402
+                                   shared_prefix_len)
 from rl_post.sampling.sampler import SamplingConfig, generate  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer  # noqa: E402
 
@@ -41,6 +44,7 @@ def run(spec: dict) -> dict:
   p, g, plen, r = spec["prompts"], spec["group"], spec["prompt_len"], spec["response"]
   rl = rl_config.load(dict(batch_size=p, num_generations=g, max_prompt_len=plen,
                            max_new_tokens=r, logprob_chunk=plen,
+                           shared_prefix=spec.get("shared_prefix", True),
                            grpo=dict(kl_coef=spec["beta"], aggregation="token_mean")))
   optimizer = make_optimizer(OptimizerConfig(learning_rate=spec["learning_rate"],
                                              schedule="constant", b2=0.999))
@@ -48,8 +52,15 @@ def run(spec: dict) -> dict:
   ref_params = jax.tree.map(jnp.copy, params) if rl.needs_reference else None
   state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
                      rng=jax.random.key(1))
-  step_fn = jax.jit(make_rl_train_step(config, rl, optimizer), donate_argnums=0)
-  ref_fn = jax.jit(make_ref_logprobs(config, rl))
+  fns = {}  # per shared prefix length, as RLComponents.step_fn_for / ref_fn_for
+
+  def fns_for(prefix_len):
+    if prefix_len not in fns:
+      fns[prefix_len] = (
+          jax.jit(make_rl_train_step(config, rl, optimizer, prefix_len=prefix_len),
+                  donate_argnums=0),
+          jax.jit(make_ref_logprobs(config, rl, prefix_len=prefix_len)))
+    return fns[prefix_len]
   prompts = jnp.asarray(np.repeat(np.asarray(spec["prompt_ids"], np.int32), g, axis=0))
   lens = jnp.full((p * g,), plen, jnp.int32)
   sampling = SamplingConfig(max_new_tokens=r, length_buckets=(plen,))
@@ -62,6 +73,7 @@ def run(spec: dict) -> dict:
     rollout_s.append(time.perf_counter() - start)
     tokens.append(int(host.response_lens_B.sum()))
     reward_N = even_fraction_N(host.tokens_BxT[:, plen:], host.loss_mask_BxT[:, plen:])
+    step_fn, ref_fn = fns_for(shared_prefix_len(rl, host.tokens_BxT))
     ref = np.asarray(ref_fn(ref_params, rollout.tokens_BxT)) if ref_params is not None else None
     batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, reward_N,
                           ref_logp_NxT=ref)
@@ -70,7 +82,7 @@ def run(spec: dict) -> dict:
     wall.append(time.perf_counter() - start)
     cpu.append(time.process_time() - start_cpu)
     rewards.append(float(reward_N.mean()))
-  return dict(system="rl_post (JAX)", step_wall_s=wall, step_cpu_s=cpu, rollout_s=rollout_s,
+  return dict(system="rl_post (JAX)", shared_prefix=rl.shared_prefix, step_wall_s=wall, step_cpu_s=cpu, rollout_s=rollout_s,
               rollout_tokens=tokens, reward_mean=rewards, versions={"jax": jax.__version__})
 
 

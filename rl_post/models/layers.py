@@ -182,12 +182,45 @@ class Attention(nnx.Module):
     else:
       out = attention_kernels.flash_attention(
           q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)
+    return self._output(out), new_cache
+
+  def _output(self, out_BxTxHxD):
     # (heads, head_dim) flattened on both sides: one plain 2-D matmul, so XLA
     # never transposes o_proj (it did, on every decode step).
-    b, t, h, d = out.shape
+    b, t, h, d = out_BxTxHxD.shape
     o_proj_HDxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
-    out = dense_MxN(out.astype(self.dtype).reshape(b * t, h * d), o_proj_HDxE).reshape(b, t, -1)
-    return out, new_cache
+    return dense_MxN(out_BxTxHxD.astype(self.dtype).reshape(b * t, h * d),
+                     o_proj_HDxE).reshape(b, t, -1)
+
+  def shared_prefix(self, xp_PxLxE, xs_NxSxE, group_size: int):
+    """Causal self-attention of N = P * G rows whose first L tokens repeat in
+    each group of G consecutive rows, given the prefix once per group.
+
+    Equal to `__call__` over the N full rows at positions 0..L+S-1: the
+    prefix attends to itself; each suffix row attends to its group's prefix
+    keys and values (repeated, not recomputed) and causally to its own.
+    Returns (out_PxLxE, out_NxSxE).
+    """
+    l = xp_PxLxE.shape[1]
+    inv_freq = rope.inverse_frequencies(*self.rope_args)
+
+    def qkv(x_BxTxE, start: int):
+      positions_BxT = jnp.broadcast_to(start + jnp.arange(x_BxTxE.shape[1], dtype=jnp.int32),
+                                       x_BxTxE.shape[:2])
+      return (rope.apply_rope(self._project(x_BxTxE, self.q_proj, self.q_bias),
+                              positions_BxT, inv_freq),
+              rope.apply_rope(self._project(x_BxTxE, self.k_proj, self.k_bias),
+                              positions_BxT, inv_freq),
+              self._project(x_BxTxE, self.v_proj, self.v_bias))
+
+    qp, kp, vp = qkv(xp_PxLxE, 0)
+    qs, ks, vs = qkv(xs_NxSxE, l)
+    out_p = attention_kernels.flash_attention(qp, kp, vp, causal=True, impl=self.impl)
+    whole = lambda prefix, own: jnp.concatenate([jnp.repeat(prefix, group_size, axis=0), own], 1)
+    # queries are aligned to the end of the keys: suffix position l + i sees keys <= l + i
+    out_s = attention_kernels.flash_attention(qs, whole(kp, ks), whole(vp, vs), causal=True,
+                                              impl=self.impl)
+    return self._output(out_p), self._output(out_s)
 
 
 def cached_chunk_attention(q_BxTxHxD, k_BxSxKxD, v_BxSxKxD, positions_BxT):
@@ -229,3 +262,14 @@ class Block(nnx.Module):
     x_BxTxE = sharding.constrain_batch(x_BxTxE + attn_out)
     x_BxTxE = x_BxTxE + self.mlp(self.mlp_norm(x_BxTxE))
     return sharding.constrain_batch(x_BxTxE), new_cache
+
+  def shared_prefix(self, xp_PxLxE, xs_NxSxE, group_size: int):
+    """The block over N = P * G rows that share their first L tokens per group
+    of G, the prefix computed once per group (`Attention.shared_prefix`)."""
+    xp_PxLxE, xs_NxSxE = sharding.constrain_batch(xp_PxLxE), sharding.constrain_batch(xs_NxSxE)
+    ap, as_ = self.attn.shared_prefix(self.attn_norm(xp_PxLxE), self.attn_norm(xs_NxSxE),
+                                      group_size)
+    xp_PxLxE, xs_NxSxE = xp_PxLxE + ap, xs_NxSxE + as_
+    xp_PxLxE = xp_PxLxE + self.mlp(self.mlp_norm(xp_PxLxE))
+    xs_NxSxE = xs_NxSxE + self.mlp(self.mlp_norm(xs_NxSxE))
+    return sharding.constrain_batch(xp_PxLxE), sharding.constrain_batch(xs_NxSxE)

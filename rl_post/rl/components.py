@@ -55,6 +55,9 @@ class RLComponents:
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
     # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
     self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
+    if self.episodes is not None and rl.shared_prefix:
+      raise ValueError("rl.shared_prefix applies to prompt x G rollouts; multi-turn episodes "
+                       "(episodes.enabled) do not share a fixed prompt region: turn it off")
     if self.episodes is not None and jax.process_count() > 1:
       raise NotImplementedError("episodes.enabled runs on one process; multi-host RL runs "
                                 "single-turn rounds (docs/scale.md)")
@@ -73,13 +76,33 @@ class RLComponents:
     self.batch_sharding = {k: sharding.batch_sharding(mesh, rules, nd)
                            for k, nd in batch_ndims(rl).items()}
     cp_mesh = mesh_lib.context_mesh(mesh)
-    self.step_fn = jit_train_step(
-        make_rl_train_step(self.model_config, rl, self.optimizer, self.critic_optimizer,
-                           cp_mesh),
-        self.state_shardings, self.batch_sharding)
-    self.ref_fn = jax.jit(make_ref_logprobs(self.model_config, rl, cp_mesh))
+    if cp_mesh is not None and rl.shared_prefix:
+      raise ValueError("rl.shared_prefix does not combine with context parallelism "
+                       "(mesh context axis > 1): turn one of them off")
+    if rl.shared_prefix and jax.process_count() > 1:
+      raise NotImplementedError("rl.shared_prefix runs on one process (each process would "
+                                "find its own shared length): turn it off for multi-host runs")
+    self._cp_mesh, self._step_fns, self._ref_fns = cp_mesh, {}, {}
+    self.step_fn, self.ref_fn = self.step_fn_for(0), self.ref_fn_for(0)
     if rl.uses_critic:
       self.value_fn = jax.jit(make_value_fn(self.model_config, rl, cp_mesh))
+
+  def step_fn_for(self, prefix_len: int):
+    """The jitted update for batches whose groups share `prefix_len` leading tokens
+    (`train_step.shared_prefix_len`; 0: every row whole), compiled once per length."""
+    if prefix_len not in self._step_fns:
+      self._step_fns[prefix_len] = jit_train_step(
+          make_rl_train_step(self.model_config, self.rl, self.optimizer, self.critic_optimizer,
+                             self._cp_mesh, prefix_len),
+          self.state_shardings, self.batch_sharding)
+    return self._step_fns[prefix_len]
+
+  def ref_fn_for(self, prefix_len: int):
+    """The jitted reference log-probs, like `step_fn_for`."""
+    if prefix_len not in self._ref_fns:
+      self._ref_fns[prefix_len] = jax.jit(make_ref_logprobs(self.model_config, self.rl,
+                                                            self._cp_mesh, prefix_len))
+    return self._ref_fns[prefix_len]
 
   def abstract_state(self):
     """The checkpoint restore target (with the critic when the algorithm has one)."""

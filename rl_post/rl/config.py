@@ -55,6 +55,15 @@ class RLConfig:
       guard, metrics, eval and checkpoint of step t still come before
       step t+1's update. False: read them right after the update (the
       exact rollout/update time split).
+    shared_prefix: in the update and the reference forward, run the leading
+      positions the G rows of each group share (the prompt) through the
+      layers once per group instead of once per row, so the layers do
+      B*P + B*G*L_max rows of work instead of B*G*(P + L_max). The same
+      numbers up to float rounding; minibatches keep whole groups (shuffled
+      by group), so `minibatch_size / grad_accum` must be a multiple of G.
+      The shared length is found per batch (a multiple of 16: one compiled
+      update per length). Single process; not with context parallelism or
+      episodes.
     algo: the chosen algorithm's config (set by `load`, not a section field).
     prompt_buckets: prompt widths generation pads to (the smallest that
       fits the batch's longest prompt); () = the sampler's powers of two.
@@ -82,6 +91,7 @@ class RLConfig:
   compute_dtype: str = ""
   peak_flops: float = 0.0
   metrics_one_step_late: bool = True
+  shared_prefix: bool = False
   algo: Any = None
   prompt_buckets: tuple[int, ...] = ()
 
@@ -119,6 +129,15 @@ class RLConfig:
     check(self.peak_flops >= 0, "peak_flops", "must be >= 0 (0 = no MFU)", self.peak_flops)
     check(isinstance(self.metrics_one_step_late, bool), "metrics_one_step_late",
           "must be a bool", self.metrics_one_step_late)
+    check(isinstance(self.shared_prefix, bool), "shared_prefix", "must be a bool",
+          self.shared_prefix)
+    if self.shared_prefix:
+      check(self.num_generations >= 2, "shared_prefix",
+            "needs num_generations >= 2 (a group shares its prompt)", self.shared_prefix)
+      check((self.minibatch_size // self.grad_accum) % self.num_generations == 0,
+            "shared_prefix", f"needs whole groups per micro-batch: minibatch_size / grad_accum "
+            f"({self.minibatch_size // self.grad_accum}) must be a multiple of num_generations "
+            f"({self.num_generations})", self.shared_prefix)
     if self.algo is None:
       object.__setattr__(self, "algo", alg.config_cls())
     check(isinstance(self.algo, alg.config_cls), "algo",

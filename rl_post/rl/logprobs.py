@@ -50,12 +50,21 @@ def _remat(fn, policy: str):
   raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {policy!r}")
 
 
-def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", context_mesh=None):
+def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", context_mesh=None,
+                  shared_prefix: tuple[int, int] | None = None):
   """Final-norm hidden states h_BxTxE (model dtype): the model minus its output layer.
 
   Same computation as `models.apply` up to the logits, with each layer of
   the scan rematerialised according to `remat` ("none" | "full" | "dots").
+  `shared_prefix=(L, G)`: consecutive groups of G rows share their first L
+  tokens (a GRPO group's prompt), and the layers run those L positions once
+  per group instead of once per row (`shared_prefix_hidden_states`).
   """
+  if shared_prefix is not None:
+    if context_mesh is not None:
+      raise ValueError("shared_prefix and context parallelism do not combine")
+    return shared_prefix_hidden_states(model_config, params, tokens_BxT, *shared_prefix,
+                                       remat=remat)
   model = nnx.merge(transformer.graphdef(model_config), params)
   positions_BxT = models.transformer.default_positions(tokens_BxT)
   perm = None
@@ -75,6 +84,38 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
   if perm is not None:
     x_BxTxE = x_BxTxE[:, ring_attention.inverse_permutation(perm)]
   return x_BxTxE
+
+
+def shared_prefix_hidden_states(model_config, params, tokens_NxT, prefix_len: int,
+                                group_size: int, *, remat: str = "none"):
+  """`hidden_states` of N = P * G rows whose first `prefix_len` tokens are the
+  same within each group of `group_size` consecutive rows (not checked here:
+  `rl_post.rl.train_step.check_shared_prefix` checks a batch on the host).
+
+  The prefix runs through the layers once per group ([P, L] rows), the
+  suffixes once per row ([N, S]), attending to their group's prefix keys
+  and values; the result is the same [N, T, E] (the prefix's states
+  repeated), so its gradient sums over the group. With T = L + S, the
+  layers do P*L + N*S rows of work instead of N*T.
+  """
+  n, t = tokens_NxT.shape
+  if not 0 < prefix_len < t or group_size < 1 or n % group_size:
+    raise ValueError(f"shared prefix needs 0 < prefix_len ({prefix_len}) < T ({t}) and rows "
+                     f"({n}) a multiple of group_size ({group_size})")
+  model = nnx.merge(transformer.graphdef(model_config), params)
+  xp_PxLxE = model.embed(tokens_NxT[::group_size, :prefix_len])
+  xs_NxSxE = model.embed(tokens_NxT[:, prefix_len:])
+  block_graphdef, block_state = nnx.split(model.blocks)
+
+  def layer(carry, layer_state):
+    block = nnx.merge(block_graphdef, layer_state)
+    return block.shared_prefix(*carry, group_size), None
+
+  (xp_PxLxE, xs_NxSxE), _ = jax.lax.scan(_remat(layer, remat), (xp_PxLxE, xs_NxSxE),
+                                         block_state)
+  h_PxLxE = model.final_norm(xp_PxLxE)
+  return jnp.concatenate([jnp.repeat(h_PxLxE, group_size, axis=0),
+                          model.final_norm(xs_NxSxE)], axis=1)
 
 
 def output_matrix_ExV(model_config, params):
@@ -149,9 +190,10 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
 
 
 def sequence_logprobs(model_config, params, tokens_BxT, temperature: float = 1.0,
-                      context_mesh=None, *, chunk: int = 32, remat: str = "none"):
+                      context_mesh=None, *, chunk: int = 32, remat: str = "none",
+                      shared_prefix: tuple[int, int] | None = None):
   """Pure: (logp_BxT, entropy_BxT) of `tokens_BxT` under `params`, chunked."""
   h_BxTxE = hidden_states(model_config, params, tokens_BxT, remat=remat,
-                          context_mesh=context_mesh)
+                          context_mesh=context_mesh, shared_prefix=shared_prefix)
   return chunked_token_logprobs(h_BxTxE, output_matrix_ExV(model_config, params), tokens_BxT,
                                 temperature, chunk)

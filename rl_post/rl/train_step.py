@@ -39,14 +39,44 @@ def batch_ndims(rl: RLConfig) -> dict[str, int]:
   return keys
 
 
-def make_rl_loss(model_config, rl: RLConfig, context_mesh=None):
-  """`(params, critic, batch, totals) -> (loss, metrics)` for `rl.algorithm`."""
+PREFIX_GRANULE = 16  # shared prefix lengths are multiples of this: few compiled variants
+
+
+def shared_prefix_len(rl: RLConfig, tokens_NxT) -> int:
+  """How many leading positions every group of G consecutive rows shares (host numpy),
+  rounded down to a multiple of PREFIX_GRANULE; 0 when `rl.shared_prefix` is off
+  or there is nothing to share (then the update runs every row whole).
+
+  Rollouts put each response right after its prompt, so a group shares at
+  least its prompt; the batch shares the shortest group's common prefix.
+  """
+  tokens = np.asarray(tokens_NxT)
+  n, t = tokens.shape
+  g = rl.num_generations
+  if not rl.shared_prefix or n % g or t < 2:
+    return 0
+  grouped_PxGxT = tokens.reshape(n // g, g, t)
+  same_PxT = (grouped_PxGxT == grouped_PxGxT[:, :1]).all(axis=1)
+  common_P = np.where(same_PxT.all(axis=1), t, np.argmin(same_PxT, axis=1))
+  shared = min(int(common_P.min()), t - 1)  # at least one position per row stays its own
+  return shared // PREFIX_GRANULE * PREFIX_GRANULE
+
+
+def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int = 0):
+  """`(params, critic, batch, totals) -> (loss, metrics)` for `rl.algorithm`.
+
+  `prefix_len` > 0: every group of G consecutive rows shares its first
+  `prefix_len` tokens (`shared_prefix_len`), and the layers run them once
+  per group (`rl_post.rl.logprobs.shared_prefix_hidden_states`).
+  """
   alg, cfg = rl.entry, rl.algo
+  shared = (prefix_len, rl.num_generations) if prefix_len else None
 
   def loss_fn(params, critic, batch, totals):
     tokens_NxT, mask_NxT = batch["tokens"], batch["mask"]
     h_NxTxE = hidden_states(model_config, params, tokens_NxT, remat=rl.remat,
-                            context_mesh=context_mesh)
+                            context_mesh=context_mesh,
+                            shared_prefix=shared)
     logp_NxT, entropy_NxT = chunked_token_logprobs(
         h_NxTxE, output_matrix_ExV(model_config, params), tokens_NxT, rl.temperature,
         rl.logprob_chunk, mask_NxT)  # no logits for prompt-only chunks
@@ -91,13 +121,13 @@ def accumulated_grads(loss_fn, params, critic, batch, grad_accum: int):
 
 
 def make_rl_train_step(model_config, rl: RLConfig, optimizer, critic_optimizer=None,
-                       context_mesh=None):
+                       context_mesh=None, prefix_len: int = 0):
   """Pure `train_step(state, batch) -> (state, metrics)`; updates the critic if there is one.
 
   Like `rl_post.training.step.make_train_step`, an update whose loss or norms
   are not finite is skipped and reported as `metrics["guard/skipped"]`.
   """
-  loss_fn = make_rl_loss(model_config, rl, context_mesh)
+  loss_fn = make_rl_loss(model_config, rl, context_mesh, prefix_len)
 
   def train_step(state, batch):
     loss, metrics, (grads, critic_grads) = accumulated_grads(
@@ -127,13 +157,16 @@ def make_rl_train_step(model_config, rl: RLConfig, optimizer, critic_optimizer=N
   return train_step
 
 
-def make_ref_logprobs(model_config, rl: RLConfig, context_mesh=None):
-  """Pure `(ref_params, tokens_NxT) -> ref_logp_NxT`, chunked like the update (no gradients)."""
+def make_ref_logprobs(model_config, rl: RLConfig, context_mesh=None, prefix_len: int = 0):
+  """Pure `(ref_params, tokens_NxT) -> ref_logp_NxT`, chunked like the update (no gradients);
+  `prefix_len` as in `make_rl_loss`."""
+  shared = (prefix_len, rl.num_generations) if prefix_len else None
 
   def ref_logprobs(ref_params, tokens_NxT):
     params = jax.tree.map(lambda x: x.astype(jnp.float32), ref_params)
     logp_NxT, _ = sequence_logprobs(model_config, params, tokens_NxT, rl.temperature,
-                                    context_mesh, chunk=rl.logprob_chunk)
+                                    context_mesh, chunk=rl.logprob_chunk,
+                                    shared_prefix=shared)
     return jax.lax.stop_gradient(logp_NxT)
 
   return ref_logprobs

@@ -41,7 +41,7 @@ from rl_post.rl import critic as critic_lib
 from rl_post.rl import filtering
 from rl_post.rl.components import RLComponents
 from rl_post.rl.config import RLConfig
-from rl_post.rl.train_step import rollout_batch
+from rl_post.rl.train_step import rollout_batch, shared_prefix_len
 from rl_post.sampling.sampler import generate
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog
@@ -126,7 +126,8 @@ def _launch_round(c: RLComponents, params, ref_params, pool, timer, it: int, rnd
     host = process_data.fetch(rollout)
   with timer("reward"):
     pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
-    ref_logp = None if ref_params is None else c.ref_fn(ref_params, rollout.tokens_BxT)
+    ref_fn = c.ref_fn_for(shared_prefix_len(rl, host.tokens_BxT))
+    ref_logp = None if ref_params is None else ref_fn(ref_params, rollout.tokens_BxT)
   return dict(tasks_N=tasks_N, host=host, pending=pending, ref_logp=ref_logp,
               tokens=rollout.tokens_BxT)
 
@@ -162,12 +163,17 @@ def _update_mixture(c: RLComponents, scored: dict) -> dict:
 
 
 def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
-  """epochs x minibatches slices of the rollout batch, shuffled per epoch."""
-  n = rl.rollouts_per_step
+  """epochs x minibatches slices of the rollout batch, shuffled per epoch
+  (by whole groups, each kept in order, with `rl.shared_prefix`)."""
+  n, g = rl.rollouts_per_step, rl.num_generations
   size = n // rl.num_minibatches
   out = []
   for epoch in range(rl.num_epochs):
-    order = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n))
+    if rl.shared_prefix:
+      groups = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n // g))
+      order = (groups[:, None] * g + np.arange(g)[None]).reshape(-1)
+    else:
+      order = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n))
     for i in range(rl.num_minibatches):
       idx = order[i * size:(i + 1) * size]
       out.append({k: v[idx] for k, v in batch.items()})
@@ -260,15 +266,19 @@ def train(config, workdir: str) -> dict:
     batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT,
                           rewards.rewards_N, ref_logp_NxT=ref_logp, values_NxT=values)
     batch = injector.poison(it + 1, batch, "adv")
+    prefix_len = shared_prefix_len(rl, host.tokens_BxT)
+    step_fn = c.step_fn_for(prefix_len)
     with timer("train"):
       device = []
       for mb in _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it)):
-        state, m = c.step_fn(state, process_data.put_batch(mb, c.batch_sharding))
+        state, m = step_fn(state, process_data.put_batch(mb, c.batch_sharding))
         device.append(m)
       if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
         jax.block_until_ready(device)
     metrics = _rollout_metrics(tasks_N, rewards, host, rl)
     metrics.update(filter_metrics)
+    if rl.shared_prefix:  # leading positions the update ran once per group
+      metrics["rollout/shared_prefix_len"] = float(prefix_len)
     metrics.update(_update_mixture(c, scored))
     metrics.update(timer.metrics())
     timer.reset()
