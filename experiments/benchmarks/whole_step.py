@@ -8,11 +8,13 @@ baselines (trl_step.py, tunix_step.py) use, single-threaded. The spec
 P prompts x G, prompt and response lengths, beta, learning rate and steps.
 No EOS: every response is `response` tokens long on every side, and the
 reward is the fraction of even token ids in the response (the same
-function on every side), so all systems do the same work. Ours runs with `rl.shared_prefix` (each
-group's prompt through the update's and the reference's layers once, as the
-trainer does with it on) unless the spec says `"shared_prefix": false`.
+function on every side), so all systems do the same work. Ours runs with
+`rl.shared_prefix` (each group's prompt through the update's and the
+reference's layers once, as the trainer does with it on) unless the spec
+says `"shared_prefix": false`.
 """
 
+import functools
 import os
 import sys
 import time
@@ -52,15 +54,12 @@ def run(spec: dict) -> dict:
   ref_params = jax.tree.map(jnp.copy, params) if rl.needs_reference else None
   state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
                      rng=jax.random.key(1))
-  fns = {}  # per shared prefix length, as RLComponents.step_fn_for / ref_fn_for
 
+  @functools.cache  # one compile per shared prefix length, as RLComponents.step_fn_for
   def fns_for(prefix_len):
-    if prefix_len not in fns:
-      fns[prefix_len] = (
-          jax.jit(make_rl_train_step(config, rl, optimizer, prefix_len=prefix_len),
-                  donate_argnums=0),
-          jax.jit(make_ref_logprobs(config, rl, prefix_len=prefix_len)))
-    return fns[prefix_len]
+    return (jax.jit(make_rl_train_step(config, rl, optimizer, prefix_len=prefix_len),
+                    donate_argnums=0),
+            jax.jit(make_ref_logprobs(config, rl, prefix_len=prefix_len)))
   prompts = jnp.asarray(np.repeat(np.asarray(spec["prompt_ids"], np.int32), g, axis=0))
   lens = jnp.full((p * g,), plen, jnp.int32)
   sampling = SamplingConfig(max_new_tokens=r, length_buckets=(plen,))
@@ -82,8 +81,8 @@ def run(spec: dict) -> dict:
     wall.append(time.perf_counter() - start)
     cpu.append(time.process_time() - start_cpu)
     rewards.append(float(reward_N.mean()))
-  return dict(system="rl_post (JAX)", shared_prefix=rl.shared_prefix, step_wall_s=wall, step_cpu_s=cpu, rollout_s=rollout_s,
-              rollout_tokens=tokens, reward_mean=rewards, versions={"jax": jax.__version__})
+  return dict(system="rl_post (JAX)", shared_prefix=rl.shared_prefix, step_wall_s=wall,
+              step_cpu_s=cpu, rollout_s=rollout_s, rollout_tokens=tokens, reward_mean=rewards, versions={"jax": jax.__version__})
 
 
 def main(argv=None):

@@ -128,6 +128,15 @@ class Attention(nnx.Module):
     else:
       self.q_bias = self.k_bias = self.v_bias = None
 
+  def _qkv(self, x_BxTxE, positions_BxT):
+    """Queries and keys with RoPE at `positions_BxT`, and values."""
+    inv_freq = rope.inverse_frequencies(*self.rope_args)
+    q = rope.apply_rope(self._project(x_BxTxE, self.q_proj, self.q_bias),
+                        positions_BxT, inv_freq)
+    k = rope.apply_rope(self._project(x_BxTxE, self.k_proj, self.k_bias),
+                        positions_BxT, inv_freq)
+    return q, k, self._project(x_BxTxE, self.v_proj, self.v_bias)
+
   def _project(self, x_BxTxE, kernel, bias):
     b, t, e = x_BxTxE.shape
     _, h, d = kernel.shape
@@ -156,12 +165,7 @@ class Attention(nnx.Module):
     Returns:
       (out_BxTxE, new_cache or None).
     """
-    inv_freq = rope.inverse_frequencies(*self.rope_args)
-    q = rope.apply_rope(self._project(x_BxTxE, self.q_proj, self.q_bias),
-                        positions_BxT, inv_freq)
-    k = rope.apply_rope(self._project(x_BxTxE, self.k_proj, self.k_bias),
-                        positions_BxT, inv_freq)
-    v = self._project(x_BxTxE, self.v_proj, self.v_bias)
+    q, k, v = self._qkv(x_BxTxE, positions_BxT)
     new_cache = None
     if cache is not None:
       new_cache = kv_cache.write(cache, k, v, positions_BxT, self.cache_layout)
@@ -201,23 +205,15 @@ class Attention(nnx.Module):
     keys and values (repeated, not recomputed) and causally to its own.
     Returns (out_PxLxE, out_NxSxE).
     """
-    l = xp_PxLxE.shape[1]
-    inv_freq = rope.inverse_frequencies(*self.rope_args)
+    def positions(x_BxTxE, start: int):
+      return jnp.broadcast_to(start + jnp.arange(x_BxTxE.shape[1], dtype=jnp.int32),
+                              x_BxTxE.shape[:2])
 
-    def qkv(x_BxTxE, start: int):
-      positions_BxT = jnp.broadcast_to(start + jnp.arange(x_BxTxE.shape[1], dtype=jnp.int32),
-                                       x_BxTxE.shape[:2])
-      return (rope.apply_rope(self._project(x_BxTxE, self.q_proj, self.q_bias),
-                              positions_BxT, inv_freq),
-              rope.apply_rope(self._project(x_BxTxE, self.k_proj, self.k_bias),
-                              positions_BxT, inv_freq),
-              self._project(x_BxTxE, self.v_proj, self.v_bias))
-
-    qp, kp, vp = qkv(xp_PxLxE, 0)
-    qs, ks, vs = qkv(xs_NxSxE, l)
+    qp, kp, vp = self._qkv(xp_PxLxE, positions(xp_PxLxE, 0))
+    qs, ks, vs = self._qkv(xs_NxSxE, positions(xs_NxSxE, xp_PxLxE.shape[1]))
     out_p = attention_kernels.flash_attention(qp, kp, vp, causal=True, impl=self.impl)
     whole = lambda prefix, own: jnp.concatenate([jnp.repeat(prefix, group_size, axis=0), own], 1)
-    # queries are aligned to the end of the keys: suffix position l + i sees keys <= l + i
+    # queries are aligned to the end of the keys: suffix position L + i sees keys <= L + i
     out_s = attention_kernels.flash_attention(qs, whole(kp, ks), whole(vp, vs), causal=True,
                                               impl=self.impl)
     return self._output(out_p), self._output(out_s)

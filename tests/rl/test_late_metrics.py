@@ -3,23 +3,15 @@
 import jax
 import numpy as np
 
-from configs import grpo_arithmetic
-from rl_fixtures import DIGIT_DOMAIN
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
+from tiny_grpo import tiny_digit_config
 
 VOLATILE = ("time/", "throughput/", "perf/", "progress/")
 
 
 def _config(tokenizer_path, late: bool):
-  c = grpo_arithmetic.get_config("tiny")
-  c.tokenizer.path = tokenizer_path
-  c.tasks.update(domains=(DIGIT_DOMAIN,), difficulties=(1,), domain_options={}, heldout_size=0)
-  c.rl.update(max_prompt_len=24, max_new_tokens=6, batch_size=4, num_generations=4,
-              checkpoint_every=2, eval_every=0, num_steps=3, metrics_one_step_late=late)
-  c.rl.grpo.kl_coef = 0.05
-  c.optimizer.learning_rate = 3e-3
-  return c
+  return tiny_digit_config(tokenizer_path, num_steps=3, metrics_one_step_late=late)
 
 
 def _record_events(monkeypatch) -> list[str]:

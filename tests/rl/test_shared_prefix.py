@@ -6,8 +6,6 @@ import numpy as np
 import optax
 import pytest
 
-from configs import grpo_arithmetic
-from rl_fixtures import DIGIT_DOMAIN
 from rl_post import models
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import config as rl_config
@@ -16,6 +14,7 @@ from rl_post.rl.logprobs import hidden_states
 from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, rollout_batch,
                                    shared_prefix_len)
 from rl_post.training.state import TrainState
+from tiny_grpo import tiny_digit_config
 
 VOLATILE = ("time/", "throughput/", "perf/", "progress/")
 P, G, L, S = 3, 4, 16, 7  # prompts, group, shared prompt, response budget
@@ -152,14 +151,7 @@ def test_minibatches_shuffle_whole_groups():
 
 
 def _config(tokenizer_path, shared: bool):
-  c = grpo_arithmetic.get_config("tiny")
-  c.tokenizer.path = tokenizer_path
-  c.tasks.update(domains=(DIGIT_DOMAIN,), difficulties=(1,), domain_options={}, heldout_size=0)
-  c.rl.update(max_prompt_len=24, max_new_tokens=6, batch_size=4, num_generations=4,
-              checkpoint_every=2, eval_every=0, num_steps=2, shared_prefix=shared)
-  c.rl.grpo.kl_coef = 0.05
-  c.optimizer.learning_rate = 3e-3
-  return c
+  return tiny_digit_config(tokenizer_path, num_steps=2, shared_prefix=shared)
 
 
 def test_a_run_with_shared_prefix_logs_the_numbers_of_one_without(tokenizer_path, tmp_path):
