@@ -41,3 +41,17 @@ def test_tiny_pipeline_writes_report_and_resumable_stages(tmp_path):
   assert os.path.exists(tmp_path / "tokenizer" / "demo.model")
   before = result["evals"]["before"]
   assert before["correct"].shape == (n,) and len(before["domain"]) == n
+
+
+def test_demo_arithmetic_variant_keeps_only_the_arithmetic_levels():
+  import pytest
+  from rl_post.config_sections import from_section
+  from rl_post.data.mixture import TaskConfig, TaskMixture
+  config = demo.get_config("arithmetic")
+  mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), 0)
+  assert {(t.domain, t.difficulty) for t in mixture.heldout} == {("arithmetic", 2),
+                                                                 ("arithmetic", 102)}
+  assert mixture.demo_levels == {"arithmetic": (2,)}
+  assert config.rl == demo.get_config().rl  # the demo's RL stage, on fewer domains
+  with pytest.raises(ValueError, match="unknown variant 'big'"):
+    demo.get_config("big")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rl_post.tasks import registry
-from rl_post.tasks.arithmetic import Arithmetic, column_steps
+from rl_post.tasks.arithmetic import SHORT_FIRST, Arithmetic, column_steps
 from rl_post.tasks.base import extract_answer
 
 
@@ -27,6 +27,8 @@ def test_generator_respects_difficulty_and_demonstrations_verify(domain):
 
 def test_column_steps_hand_written():
   assert column_steps(472, 389, "+") == (["2+9+0=1,1", "7+8+1=6,1", "4+3+1=8,0"], 861)
+  # shorter operand first: the columns run over the longer one, the shorter zero-padded
+  assert column_steps(7, 95, "+") == (["7+5+0=2,1", "0+9+1=0,1", "0+0+1=1,0"], 102)
   assert column_steps(95, 7, "+") == (["5+7+0=2,1", "9+0+1=0,1", "0+0+1=1,0"], 102)
   assert column_steps(302, 17, "-") == (["2-7-0=5,1", "0-1-1=8,1", "3-0-1=2,0"], 285)
   # a careless teacher drops the carry into column 1: 472+389 -> 851
@@ -72,6 +74,32 @@ def test_verifier_right_wrong_malformed(domain, completion, correct, format_ok, 
                     target=861, metadata={"a": 472, "b": 389, "op": "+"})
   verdict = domain.verify(task, completion)
   assert (verdict.correct, verdict.format_ok, verdict.error) == (correct, format_ok, error)
+
+
+def test_short_first_levels_write_the_shorter_operand_first():
+  domain = Arithmetic(max_difficulty=3, operations="+", short_first=True)
+  assert domain.difficulty_levels == (1, 2, 3, SHORT_FIRST + 2, SHORT_FIRST + 3)
+  rng = np.random.default_rng(0)
+  for digits in (2, 3):
+    short_lens = set()
+    for _ in range(200):
+      task = domain.generate(rng, SHORT_FIRST + digits)
+      first, second = task.metadata["a"], task.metadata["b"]
+      assert task.prompt == f"What is {first}+{second}?" and task.target == first + second
+      assert len(str(second)) == digits and len(str(first)) < digits
+      short_lens.add(len(str(first)))
+      verdict = domain.verify(task, domain.demonstration(task))
+      assert verdict.correct and verdict.format_ok
+    assert short_lens == set(range(1, digits))
+  task = domain.generate(rng, SHORT_FIRST + 2)
+  swapped = f"<think>x</think>\n<answer>{task.target + 1}</answer>"
+  assert not domain.verify(task, swapped).correct
+  with pytest.raises(ValueError, match="short_first levels are sums"):
+    Arithmetic(operations="-", short_first=True)
+  with pytest.raises(ValueError, match="short_first needs max_difficulty >= 2"):
+    Arithmetic(max_difficulty=1, short_first=True)
+  with pytest.raises(ValueError, match="difficulty must be one of"):
+    Arithmetic(max_difficulty=2).generate(rng, SHORT_FIRST + 2)
 
 
 def test_bad_domain_options_and_names():

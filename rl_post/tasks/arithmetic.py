@@ -1,9 +1,13 @@
 """Multi-digit addition and subtraction with a column-wise scratchpad.
 
 Difficulty d: the first operand has exactly d digits, the second up to d;
-subtraction keeps the result non-negative. The demonstration works the
-columns from the least significant digit, "x+y+c=digit,carry", which a
-small transformer can learn to execute and RL can sharpen.
+subtraction keeps the result non-negative. With `short_first`, levels
+SHORT_FIRST + d (d >= 2) hold sums written with the shorter operand first
+("7+58"): the same columns, but a model that only saw the longer operand
+first has to align the digits differently, with no new length or fact to
+learn. The demonstration works the columns from the least significant
+digit, "x+y+c=digit,carry" (x from the first operand written, zero-padded),
+which a small transformer can learn to execute and RL can sharpen.
 """
 
 import re
@@ -15,6 +19,7 @@ from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract
                                 has_reasoning_format)
 
 _INT_RE = re.compile(r"-?\d+")
+SHORT_FIRST = 100  # level SHORT_FIRST + d: a d-digit sum written shorter operand first
 
 
 def _digits_lsb_first(value: int, width: int) -> list[int]:
@@ -28,7 +33,7 @@ def column_steps(a: int, b: int, op: str, slips: frozenset[int] = frozenset()):
   teacher would; the rest of the work stays consistent with that slip.
   Returns (steps, result).
   """
-  width = len(str(a))
+  width = max(len(str(a)), len(str(b)))
   steps, carry, digits = [], 0, []
   for column, (x, y) in enumerate(zip(_digits_lsb_first(a, width), _digits_lsb_first(b, width))):
     if column in slips:
@@ -57,13 +62,16 @@ class Arithmetic(Domain):
   name = "arithmetic"
 
   def __init__(self, max_difficulty: int = 5, operations: str = "+-",
-               demo_slip_rate: float = 0.0):
+               demo_slip_rate: float = 0.0, short_first: bool = False):
     """Args:
       max_difficulty: highest level (operand digits).
       operations: which of "+" and "-" to draw.
       demo_slip_rate: probability that a demonstration drops the carry or
         borrow entering a column (an imperfect teacher; 0 = exact). Only
         demonstrations are affected, never verification.
+      short_first: also offer levels SHORT_FIRST + d for d in 2..max_difficulty:
+        a d-digit first operand plus a strictly shorter one, written shorter
+        first ("7+58"); sums only.
     """
     if not 1 <= max_difficulty <= 18:
       raise ValueError(f"arithmetic: max_difficulty must be in [1, 18], got {max_difficulty}")
@@ -72,12 +80,19 @@ class Arithmetic(Domain):
                        f"got {operations!r}")
     if not 0.0 <= demo_slip_rate <= 1.0:
       raise ValueError(f"arithmetic: demo_slip_rate must be in [0, 1], got {demo_slip_rate}")
-    self.difficulty_levels = tuple(range(1, max_difficulty + 1))
+    if short_first and "+" not in operations:
+      raise ValueError("arithmetic: short_first levels are sums; operations must include '+'")
+    if short_first and max_difficulty < 2:
+      raise ValueError("arithmetic: short_first needs max_difficulty >= 2 (a shorter operand)")
+    self.difficulty_levels = tuple(range(1, max_difficulty + 1)) + (
+        tuple(SHORT_FIRST + d for d in range(2, max_difficulty + 1)) if short_first else ())
     self.operations = operations
     self.demo_slip_rate = demo_slip_rate
 
   def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
     self.check_difficulty(difficulty)
+    if difficulty > SHORT_FIRST:
+      return self._short_first(rng, difficulty)
     low = 0 if difficulty == 1 else 10 ** (difficulty - 1)
     a = int(rng.integers(low, 10 ** difficulty))
     b = int(rng.integers(0, 10 ** int(rng.integers(1, difficulty + 1))))
@@ -89,12 +104,22 @@ class Arithmetic(Domain):
                 prompt=f"What is {a}{op}{b}?", difficulty=difficulty, target=result,
                 metadata={"a": a, "b": b, "op": op})
 
+  def _short_first(self, rng: np.random.Generator, difficulty: int) -> Task:
+    digits = difficulty - SHORT_FIRST
+    long = int(rng.integers(10 ** (digits - 1), 10 ** digits))
+    short_digits = int(rng.integers(1, digits))
+    short = int(rng.integers(0 if short_digits == 1 else 10 ** (short_digits - 1),
+                             10 ** short_digits))
+    return Task(task_id=f"arithmetic/{difficulty}/{short}+{long}", domain=self.name,
+                prompt=f"What is {short}+{long}?", difficulty=difficulty, target=short + long,
+                metadata={"a": short, "b": long, "op": "+"})
+
   def demonstration(self, task: Task) -> str:
     m = task.metadata
     slips = frozenset()
     if self.demo_slip_rate > 0:  # deterministic per task, so resumed runs see the same data
       rng = np.random.default_rng(zlib.crc32(task.task_id.encode()))
-      width = len(str(m["a"]))
+      width = max(len(str(m["a"])), len(str(m["b"])))
       slips = frozenset(np.flatnonzero(rng.random(width) < self.demo_slip_rate).tolist())
     steps, result = column_steps(m["a"], m["b"], m["op"], slips)
     return f"<think>{' '.join(steps)}</think>\n<answer>{result}</answer>"
