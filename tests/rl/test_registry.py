@@ -56,9 +56,10 @@ def test_bad_values_are_named_in_any_algorithm_section():
 def test_demo_config_keeps_its_settings():
   rl = rl_config.load(demo.get_config().rl)
   assert (rl.algorithm, rl.batch_size, rl.num_generations, rl.max_prompt_len,
-          rl.max_new_tokens, rl.num_steps, rl.checkpoint_every) == ("grpo", 8, 8, 144, 56, 80, 20)
+          rl.max_new_tokens, rl.num_steps, rl.checkpoint_every, rl.num_minibatches) == (
+              "grpo", 8, 8, 144, 56, 80, 20, 4)
   assert (rl.algo.clip_low, rl.algo.clip_high, rl.algo.aggregation, rl.algo.kl_coef,
-          rl.algo.advantage_scale) == (0.2, 0.28, "token_mean", 0.0, "std")
+          rl.algo.advantage_scale) == (0.2, 0.28, "token_mean", 0.04, "std")
 
 
 @dataclasses.dataclass(frozen=True)
