@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from configs import demo
 from rl_post import pipeline
 
@@ -44,7 +46,6 @@ def test_tiny_pipeline_writes_report_and_resumable_stages(tmp_path):
 
 
 def test_demo_arithmetic_variant_keeps_only_the_arithmetic_levels():
-  import pytest
   from rl_post.config_sections import from_section
   from rl_post.data.mixture import TaskConfig, TaskMixture
   config = demo.get_config("arithmetic")

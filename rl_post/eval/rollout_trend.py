@@ -35,8 +35,10 @@ def windowed_pass_rates(records: Sequence[Mapping], window: int
     w = (int(record["step"]) - first) // window
     for key, rate in record.items():
       match = _PASS_RE.match(key)
+      if not match:
+        continue
       count = record.get(key[:-len("pass_rate")] + "count")
-      if not match or rate is None or count is None:
+      if rate is None or count is None:
         continue
       cell = sums.setdefault((match["domain"], int(match["level"])),
                              [[0.0, 0.0] for _ in range(num_windows)])

@@ -22,6 +22,11 @@ _INT_RE = re.compile(r"-?\d+")
 SHORT_FIRST = 100  # level SHORT_FIRST + d: a d-digit sum written shorter operand first
 
 
+def _width(a: int, b: int) -> int:
+  """Columns of a op b: the longer operand's digits (the shorter is zero-padded)."""
+  return max(len(str(a)), len(str(b)))
+
+
 def _digits_lsb_first(value: int, width: int) -> list[int]:
   return [(value // 10 ** i) % 10 for i in range(width)]
 
@@ -33,7 +38,7 @@ def column_steps(a: int, b: int, op: str, slips: frozenset[int] = frozenset()):
   teacher would; the rest of the work stays consistent with that slip.
   Returns (steps, result).
   """
-  width = max(len(str(a)), len(str(b)))
+  width = _width(a, b)
   steps, carry, digits = [], 0, []
   for column, (x, y) in enumerate(zip(_digits_lsb_first(a, width), _digits_lsb_first(b, width))):
     if column in slips:
@@ -119,7 +124,7 @@ class Arithmetic(Domain):
     slips = frozenset()
     if self.demo_slip_rate > 0:  # deterministic per task, so resumed runs see the same data
       rng = np.random.default_rng(zlib.crc32(task.task_id.encode()))
-      width = max(len(str(m["a"])), len(str(m["b"])))
+      width = _width(m["a"], m["b"])
       slips = frozenset(np.flatnonzero(rng.random(width) < self.demo_slip_rate).tolist())
     steps, result = column_steps(m["a"], m["b"], m["op"], slips)
     return f"<think>{' '.join(steps)}</think>\n<answer>{result}</answer>"
