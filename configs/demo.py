@@ -14,6 +14,9 @@ measured figures: docs/demo.md.
   python experiments/train_rl.py --config=configs/demo.py:arithmetic --workdir=/tmp/demo_arith \
       --config.rl.init_from=/tmp/rl_post_seeds/seed_0/sft/export \
       --config.tokenizer.path=/tmp/rl_post_seeds/seed_0/tokenizer/demo.model
+  # Half the arithmetic demonstrations answer-only (a pilot on validation seed 100):
+  python experiments/demo.py --config=configs/demo.py:answer_only --config.seed=100 \
+      --workdir=/tmp/demo_answer_only
 """
 
 from configs import base
@@ -86,6 +89,13 @@ def get_config(variant: str = ""):
     c.tasks.demo_difficulties = {"arithmetic": DEMO_LEVELS["arithmetic"]}
     c.tasks.domain_options = {"arithmetic": c.tasks.domain_options["arithmetic"].to_dict()}
     c.rewards.weights = dict(default=dict(outcome=1.0, format=0.1))
+  elif variant == "answer_only":
+    # Half the arithmetic demonstrations give the (exact) answer without the column work:
+    # does RL find from reward alone which style completes more sums? It did, but the
+    # worked style, learned from half the demonstrations, was weak itself (docs/demo.md).
+    c.tasks.domain_options["arithmetic"] = dict(
+        c.tasks.domain_options["arithmetic"].to_dict(), answer_only_rate=0.5)
   elif variant:
-    raise ValueError(f"unknown variant {variant!r}; use '', 'tiny' or 'arithmetic'")
+    raise ValueError(f"unknown variant {variant!r}; use '', 'tiny', 'arithmetic' or "
+                     "'answer_only'")
   return c

@@ -56,3 +56,19 @@ def test_demo_arithmetic_variant_keeps_only_the_arithmetic_levels():
   assert config.rl == demo.get_config().rl  # the demo's RL stage, on fewer domains
   with pytest.raises(ValueError, match="unknown variant 'big'"):
     demo.get_config("big")
+
+
+def test_demo_answer_only_variant_mixes_styles_in_arithmetic_demonstrations_only():
+  from rl_post.config_sections import from_section
+  from rl_post.data.mixture import TaskConfig, TaskMixture
+  config = demo.get_config("answer_only")
+  mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), 0)
+  tasks = mixture.sample(0, 400, stream="sft")
+  styles = {}
+  for task in tasks:
+    text = mixture.domain_of(task).demonstration(task)
+    styles.setdefault(task.domain, []).append(text.startswith("<think></think>"))
+  assert 0.4 < sum(styles["arithmetic"]) / len(styles["arithmetic"]) < 0.6
+  assert not any(styles["countdown"]) and not any(styles["sql"])
+  plain = demo.get_config()
+  assert config.rl == plain.rl and config.sft == plain.sft

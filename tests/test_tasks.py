@@ -52,6 +52,26 @@ def test_noisy_teacher_is_deterministic_and_wrong_at_the_set_rate():
     Arithmetic(demo_slip_rate=1.5)
 
 
+def test_answer_only_demonstrations_are_exact_at_the_set_rate():
+  mixed = Arithmetic(max_difficulty=2, answer_only_rate=0.4)
+  worked = Arithmetic(max_difficulty=2)
+  rng = np.random.default_rng(2)
+  tasks = [mixed.generate(rng, 2) for _ in range(500)]
+  demos = [mixed.demonstration(t) for t in tasks]
+  assert demos == [mixed.demonstration(t) for t in tasks]  # deterministic per task
+  answer_only = [d.startswith("<think></think>") for d in demos]
+  assert 0.33 < np.mean(answer_only) < 0.47
+  for task, demo, short in zip(tasks, demos, answer_only):
+    verdict = mixed.verify(task, demo)
+    assert verdict.correct and verdict.format_ok
+    if short:
+      assert demo == f"<think></think>\n<answer>{task.target}</answer>"
+    else:
+      assert demo == worked.demonstration(task)
+  with pytest.raises(ValueError, match="answer_only_rate must be in"):
+    Arithmetic(answer_only_rate=-0.1)
+
+
 def test_extract_answer_takes_last():
   assert extract_answer("<answer>1</answer> x <answer> 22 </answer>") == "22"
   assert extract_answer("no tags") is None

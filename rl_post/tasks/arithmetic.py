@@ -67,7 +67,8 @@ class Arithmetic(Domain):
   name = "arithmetic"
 
   def __init__(self, max_difficulty: int = 5, operations: str = "+-",
-               demo_slip_rate: float = 0.0, short_first: bool = False):
+               demo_slip_rate: float = 0.0, short_first: bool = False,
+               answer_only_rate: float = 0.0):
     """Args:
       max_difficulty: highest level (operand digits).
       operations: which of "+" and "-" to draw.
@@ -77,6 +78,10 @@ class Arithmetic(Domain):
       short_first: also offer levels SHORT_FIRST + d for d in 2..max_difficulty:
         a d-digit first operand plus a strictly shorter one, written shorter
         first ("7+58"); sums only.
+      answer_only_rate: probability that a demonstration gives the answer
+        without the column work ("<think></think>" then the answer), as
+        human-written data often does; every such answer is still exact.
+        Which style completes more tasks is left for RL to find.
     """
     if not 1 <= max_difficulty <= 18:
       raise ValueError(f"arithmetic: max_difficulty must be in [1, 18], got {max_difficulty}")
@@ -85,6 +90,8 @@ class Arithmetic(Domain):
                        f"got {operations!r}")
     if not 0.0 <= demo_slip_rate <= 1.0:
       raise ValueError(f"arithmetic: demo_slip_rate must be in [0, 1], got {demo_slip_rate}")
+    if not 0.0 <= answer_only_rate <= 1.0:
+      raise ValueError(f"arithmetic: answer_only_rate must be in [0, 1], got {answer_only_rate}")
     if short_first and "+" not in operations:
       raise ValueError("arithmetic: short_first levels are sums; operations must include '+'")
     if short_first and max_difficulty < 2:
@@ -93,6 +100,7 @@ class Arithmetic(Domain):
         tuple(SHORT_FIRST + d for d in range(2, max_difficulty + 1)) if short_first else ())
     self.operations = operations
     self.demo_slip_rate = demo_slip_rate
+    self.answer_only_rate = answer_only_rate
 
   def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
     self.check_difficulty(difficulty)
@@ -121,9 +129,12 @@ class Arithmetic(Domain):
 
   def demonstration(self, task: Task) -> str:
     m = task.metadata
+    # Deterministic per task, so resumed runs see the same data.
+    rng = np.random.default_rng(zlib.crc32(task.task_id.encode()))
+    if self.answer_only_rate > 0 and rng.random() < self.answer_only_rate:
+      return f"<think></think>\n<answer>{task.target}</answer>"
     slips = frozenset()
-    if self.demo_slip_rate > 0:  # deterministic per task, so resumed runs see the same data
-      rng = np.random.default_rng(zlib.crc32(task.task_id.encode()))
+    if self.demo_slip_rate > 0:
       width = _width(m["a"], m["b"])
       slips = frozenset(np.flatnonzero(rng.random(width) < self.demo_slip_rate).tolist())
     steps, result = column_steps(m["a"], m["b"], m["op"], slips)

@@ -2,7 +2,6 @@
 
 import json
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -54,13 +53,15 @@ def test_countdown_verifier(answer, score, error):
   assert (verdict.score, verdict.error) == (score, error)
 
 
-def test_countdown_hostile_answers_are_prompt():
+def test_countdown_hostile_answers_are_refused_by_a_limit_before_evaluation():
   task = _countdown_task([2, 3, 4], 24)
-  for text in ["9**9**9**9", "(" * 10_000 + "2", "9" * 100_000, "<answer>" * 20_000,
-               "2*" * 50_000 + "2"]:
-    start = time.perf_counter()
-    assert Countdown().verify(task, _answer(text)).score == 0.0
-    assert time.perf_counter() - start < 0.5
+  too_long = "invalid expression: expression longer than 256 characters"
+  for text, error in [("9**9**9**9", "invalid expression: powers are not allowed (at 1)"),
+                      ("(" * 10_000 + "2", too_long), ("9" * 100_000, too_long),
+                      ("<answer>" * 20_000, "invalid expression: empty expression"),
+                      ("2*" * 50_000 + "2", too_long)]:
+    verdict = Countdown().verify(task, _answer(text))
+    assert (verdict.score, verdict.error) == (0.0, error)
 
 
 # ---- math
@@ -93,16 +94,13 @@ def test_math_hostile_answer_times_out_alone_off_the_main_thread(math_domain):
   results = {}
 
   def run():  # math-verify's signal.alarm timeout would raise here; ours works
-    start = time.perf_counter()
     results["tower"] = math_domain.verify(task, _answer("9^{9^{9^{9}}}"))
-    results["seconds"] = time.perf_counter() - start
     results["after"] = math_domain.verify(task, _answer("3/4"))
 
   thread = threading.Thread(target=run)
   thread.start()
   thread.join(60)
   assert results["tower"].score == 0.0 and results["tower"].error.startswith("timeout")
-  assert results["seconds"] < 10
   assert results["after"].correct  # a fresh child took over
   assert math_domain.checker.timeouts >= 1
 
@@ -141,13 +139,16 @@ def test_extraction_field_rules():
   assert field_score(expected, {"name": "Ada", "age": True, "amount": 12.51}, fields) == 0
 
 
-def test_extraction_hostile_answers_are_prompt():
+def test_extraction_hostile_answers_are_refused_with_a_reason():
   domain = Extraction()
   task = domain.generate(np.random.default_rng(0), 3)
-  for text in ["[" * 8000, "1" * 8000, '{"a": ' * 1500, "x" * 1_000_000]:
-    start = time.perf_counter()
-    assert domain.verify(task, _answer(text)).score == 0.0
-    assert time.perf_counter() - start < 0.5
+  # Deep nesting and huge integers are parse errors (caught, scored 0); long text is
+  # refused before it is parsed.
+  for text, error in [("[" * 8000, "invalid JSON: RecursionError"),
+                      ("1" * 8000, "invalid JSON: ValueError"),
+                      ('{"a": ' * 1500, "answer too long"), ("x" * 1_000_000, "answer too long")]:
+    verdict = domain.verify(task, _answer(text))
+    assert (verdict.score, verdict.error) == (0.0, error)
 
 
 # ---- retrieval
