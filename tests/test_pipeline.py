@@ -7,6 +7,12 @@ import pytest
 
 from configs import demo
 from rl_post import pipeline
+from rl_post.config_sections import from_section
+from rl_post.data.mixture import TaskConfig, TaskMixture
+
+
+def _mixture(config) -> TaskMixture:
+  return TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), 0)
 
 
 def test_tiny_pipeline_writes_report_and_resumable_stages(tmp_path):
@@ -46,10 +52,8 @@ def test_tiny_pipeline_writes_report_and_resumable_stages(tmp_path):
 
 
 def test_demo_arithmetic_variant_keeps_only_the_arithmetic_levels():
-  from rl_post.config_sections import from_section
-  from rl_post.data.mixture import TaskConfig, TaskMixture
   config = demo.get_config("arithmetic")
-  mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), 0)
+  mixture = _mixture(config)
   assert {(t.domain, t.difficulty) for t in mixture.heldout} == {("arithmetic", 2),
                                                                  ("arithmetic", 102)}
   assert mixture.demo_levels == {"arithmetic": (2,)}
@@ -59,10 +63,8 @@ def test_demo_arithmetic_variant_keeps_only_the_arithmetic_levels():
 
 
 def test_demo_answer_only_variant_mixes_styles_in_arithmetic_demonstrations_only():
-  from rl_post.config_sections import from_section
-  from rl_post.data.mixture import TaskConfig, TaskMixture
   config = demo.get_config("answer_only")
-  mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), 0)
+  mixture = _mixture(config)
   tasks = mixture.sample(0, 400, stream="sft")
   styles = {}
   for task in tasks:

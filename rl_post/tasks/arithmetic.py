@@ -129,8 +129,9 @@ class Arithmetic(Domain):
 
   def demonstration(self, task: Task) -> str:
     m = task.metadata
-    # Deterministic per task, so resumed runs see the same data.
-    rng = np.random.default_rng(zlib.crc32(task.task_id.encode()))
+    if self.answer_only_rate > 0 or self.demo_slip_rate > 0:
+      # Deterministic per task, so resumed runs see the same data.
+      rng = np.random.default_rng(zlib.crc32(task.task_id.encode()))
     if self.answer_only_rate > 0 and rng.random() < self.answer_only_rate:
       return f"<think></think>\n<answer>{task.target}</answer>"
     slips = frozenset()
