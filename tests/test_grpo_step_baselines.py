@@ -6,6 +6,7 @@ The TRL and Tunix sides need the environments setup_baselines.sh creates,
 which CI does not install; these tests never use them.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -40,6 +41,28 @@ def test_whole_step_rows_ours_and_a_failing_baseline(tmp_path):
   assert "rl_post (JAX)" in text and "TRL GRPOTrainer" in text and "failed: exit 1" in text
   assert "matmuls only, XLA (floor)" in text
   assert step_baselines.goals(rows) == []  # no baseline row to compare with
+
+
+def test_mixed_precision_rows_run_ours_in_bf16_and_no_floors(tmp_path):
+  core = max(os.sched_getaffinity(0))
+  rows = step_baselines.whole_step_rows(
+      {"ours": sys.executable, "trl": "/bin/false", "tunix": "/bin/false"}, smoke=True,
+      steps=2, core=core, workdir=str(tmp_path), precisions=("bf16",))
+  ours, trl = rows  # Tunix has no mixed-precision row; the floors are f32 GEMMs
+  assert (ours["workload"], ours["system"]) == ("smoke-bf16", "rl_post (JAX)")
+  assert ours["s_per_step"] > 0 and len(ours["reward_mean"]) == 2
+  assert trl == dict(workload="smoke-bf16", system="TRL GRPOTrainer", error="exit 1: ")
+  with open(tmp_path / "ours_smoke-bf16.json") as f:
+    assert json.load(f)["compute_dtype"] == "bfloat16"
+  specs = step_baselines.specs(False, 3, step_baselines.parse_precisions("f32,bf16"))
+  assert list(specs) == ["a", "b", "a-bf16", "b-bf16"]
+  assert {s["compute_dtype"] for s in specs.values()} == {"float32", "bfloat16"}
+  with pytest.raises(ValueError, match="--precisions"):
+    step_baselines.parse_precisions("fp8")
+  goal = step_baselines.goals([dict(workload="b-bf16", system="rl_post (JAX)", s_per_step=0.7),
+                               dict(workload="b-bf16", system="TRL GRPOTrainer", s_per_step=1.6)])
+  assert goal[0]["met"] and goal[0]["xla_floor_s"] is None
+  assert step_baselines.goals_table(goal).rstrip().endswith("-")
 
 
 def test_goals_compare_half_a_baseline_with_ours_and_the_floors():

@@ -7,7 +7,10 @@
 Whole GRPO step (rollout + reward + reference + update) of ours, TRL's
 GRPOTrainer and Tunix's GRPOLearner on sampling.py's workloads (a) and (b),
 each in its own process pinned to one core (step_baselines.py; the
-baselines' environments come from setup_baselines.sh). Default: all three,
+baselines' environments come from setup_baselines.sh). `--precisions=f32,bf16`
+(default) also runs both workloads in mixed precision ("a-bf16", "b-bf16":
+bf16 compute over f32 weights, ours with rl.compute_dtype and TRL with
+bf16=True; Tunix's step has no such setting). Default: all three,
 none with --smoke. With ours, the same run times the step's matmul floor
 (step_floor.py: its GEMMs alone, with XLA and, in TRL's env, with torch),
 and the goal table says whether half of each baseline's step lies above it.
@@ -235,6 +238,9 @@ def main(argv=None):
   parser.add_argument("--trl_python", default=None, help="default: <envs>/trl/bin/python")
   parser.add_argument("--tunix_python", default=None, help="default: <envs>/tunix/bin/python")
   parser.add_argument("--core", type=int, default=None, help="CPU of the whole-step rows")
+  parser.add_argument("--precisions", default="f32,bf16",
+                      help="whole-step precisions: f32 (all systems, floors) and bf16 (mixed "
+                      "precision: ours with rl.compute_dtype=bfloat16, TRL with bf16=True)")
   parser.add_argument("--before-ref", default=update_speed.BEFORE_REF,
                       help="git ref the update-speed rows compare this tree with")
   args = parser.parse_args(argv)
@@ -242,6 +248,7 @@ def main(argv=None):
       step_baselines.parse_systems(("" if args.smoke else "ours,trl,tunix")
                                    if args.whole_step is None else args.whole_step),
       {"trl": args.trl_python, "tunix": args.tunix_python})
+  precisions = step_baselines.parse_precisions(args.precisions)
   args.out = args.out or (WHOLE_RESULTS if args.whole_step_only else RESULTS)
   rows, peak = [], None
   if not args.whole_step_only:
@@ -256,7 +263,8 @@ def main(argv=None):
   if systems:
     core = max(os.sched_getaffinity(0)) if args.core is None else args.core
     whole = step_baselines.whole_step_rows(systems, args.smoke, args.whole_steps, core,
-                                           tempfile.mkdtemp(prefix="grpo_step_whole_"))
+                                           tempfile.mkdtemp(prefix="grpo_step_whole_"),
+                                           precisions)
   if rows:
     print(f"matmul peak (best of the model's shapes, f32): {peak:.1f} GFLOP/s")
     print(table(rows))

@@ -56,15 +56,33 @@ def interpreters(systems: list[str], pythons: dict[str, str | None]) -> dict[str
           baseline_python(pythons.get(s) or env_python(s), s) for s in systems}
 
 
-def specs(smoke: bool, steps: int) -> dict[str, dict]:
+PRECISIONS = {"f32": "float32", "bf16": "bfloat16"}
+# Mixed-precision rows (bf16 compute over f32 weights) are ours and TRL's (autocast):
+# tunix_step.py has no such setting, and the floors are f32 GEMMs.
+BF16_SYSTEMS = ("ours", "trl")
+
+
+def parse_precisions(text: str) -> list[str]:
+  names = [s for s in text.split(",") if s]
+  unknown = set(names) - set(PRECISIONS)
+  if unknown or not names:
+    raise ValueError(f"--precisions: unknown {sorted(unknown)}; known: {sorted(PRECISIONS)}")
+  return names
+
+
+def specs(smoke: bool, steps: int, precisions=("f32",)) -> dict[str, dict]:
+  """Workload specs by name: "a", "b" (f32) and "a-bf16", "b-bf16" (mixed precision)."""
   names = ("smoke",) if smoke else ("a", "b")
   out = {}
-  for name in names:
-    length = 8 if smoke else 32
-    spec = workload_spec(name, ARCH[name], WORK[name]["prompts"], WORK[name]["group"],
-                         prompt_len=length, response=8 if smoke else 64, beta=BETA, steps=steps)
-    spec["hf_config"] = hf.config_to_hf(models.ModelConfig(**ARCH[name]))
-    out[name] = spec
+  for precision in precisions:
+    for name in names:
+      length = 8 if smoke else 32
+      spec = workload_spec(name, ARCH[name], WORK[name]["prompts"], WORK[name]["group"],
+                           prompt_len=length, response=8 if smoke else 64, beta=BETA,
+                           steps=steps)
+      spec["hf_config"] = hf.config_to_hf(models.ModelConfig(**ARCH[name]))
+      spec["compute_dtype"] = PRECISIONS[precision]
+      out[name if precision == "f32" else f"{name}-{precision}"] = spec
   return out
 
 
@@ -97,19 +115,23 @@ def floor_row(workload: str, result: dict) -> dict:
 
 
 def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
-                    workdir: str) -> list[dict]:
+                    workdir: str, precisions=("f32",)) -> list[dict]:
   """One row per (workload, system); `x_ours` = its s/step over ours on that workload.
 
   With ours, also the step's matmul floor (step_floor.py) with XLA, and with
-  torch when TRL's interpreter is there: rows with `floor_s` instead of s/step.
+  torch when TRL's interpreter is there: rows with `floor_s` instead of s/step
+  (f32 workloads only). Mixed-precision workloads run `BF16_SYSTEMS`.
   """
   os.makedirs(workdir, exist_ok=True)
   rows = []
-  for name, spec in specs(smoke, steps).items():
+  for name, spec in specs(smoke, steps, precisions).items():
     spec_path = os.path.join(workdir, f"spec_{name}.json")
     with open(spec_path, "w") as f:
       json.dump(spec, f)
+    mixed = spec["compute_dtype"] != "float32"
     for system, python in systems.items():
+      if mixed and system not in BF16_SYSTEMS:
+        continue
       result = run_side(SCRIPTS[system], python, spec_path,
                         os.path.join(workdir, f"{system}_{name}.json"), core)
       if "error" in result:
@@ -119,7 +141,7 @@ def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
         continue
       rows.append(summary_row(name, result))
     for floor, (owner, flag) in FLOORS.items():
-      if "ours" not in systems or owner not in systems:
+      if mixed or "ours" not in systems or owner not in systems:
         continue
       result = run_side("step_floor.py", systems[owner], spec_path,
                         os.path.join(workdir, f"{floor}_{name}.json"), core, (flag,))
@@ -160,35 +182,36 @@ def goals(rows: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-  head = (f"{'wl':<6}{'system':<28}{'first s':>9}{'s/step':>9}{'cpu s/step':>11}{'x ours':>8}"
+  head = (f"{'wl':<8}{'system':<28}{'first s':>9}{'s/step':>9}{'cpu s/step':>11}{'x ours':>8}"
           f"{'rollout tok/s':>14}")
   lines = [head, "-" * len(head)]
   for r in rows:
     if "error" in r:
-      lines.append(f"{r['workload']:<6}{r['system']:<28} failed: {r['error'][:300]}")
+      lines.append(f"{r['workload']:<8}{r['system']:<28} failed: {r['error'][:300]}")
       continue
     if "floor_s" in r:
-      lines.append(f"{r['workload']:<6}{r['system']:<28}{'-':>9}{r['floor_s']:>9.3f}{'-':>11}"
+      lines.append(f"{r['workload']:<8}{r['system']:<28}{'-':>9}{r['floor_s']:>9.3f}{'-':>11}"
                    f"{'-':>8}{'-':>14}   (" + ", ".join(f"{k} {v:.3f}"
                                                    for k, v in r["phase_s"].items()) + ")")
       continue
     cpu = f"{r['cpu_s_per_step']:>11.3f}" if "cpu_s_per_step" in r else f"{'-':>11}"
     x = f"{r['x_ours']:>8.2f}" if "x_ours" in r else f"{'-':>8}"
-    lines.append(f"{r['workload']:<6}{r['system']:<28}{r['first_step_s']:>9.2f}"
+    lines.append(f"{r['workload']:<8}{r['system']:<28}{r['first_step_s']:>9.2f}"
                  f"{r['s_per_step']:>9.3f}{cpu}{x}{r['rollout_tokens_per_s']:>14.0f}")
   return "\n".join(lines)
 
 
 def goals_table(rows: list[dict]) -> str:
-  lines = [f"{'wl':<6}{'baseline':<20}{'half of it s':>13}{'ours s':>8}{'met':>5}"
+  lines = [f"{'wl':<8}{'baseline':<20}{'half of it s':>13}{'ours s':>8}{'met':>5}"
            f"{'XLA floor':>10}{'torch floor':>12}{'ours/XLA floor':>15}  half vs floors"]
   fmt = lambda x: f"{x:.3f}" if x is not None else "-"
   for g in rows:
-    verdict = ("above both" if g["reachable_in_f32"] and g["reachable_with_xla"] else
+    verdict = ("-" if g["xla_floor_s"] is None and g["torch_floor_s"] is None else
+               "above both" if g["reachable_in_f32"] and g["reachable_with_xla"] else
                "below the XLA floor" if g["reachable_with_xla"] is False and g["reachable_in_f32"]
                else "below both" if g["reachable_in_f32"] is False else "above the XLA floor")
     ratio = fmt(g["ours_over_xla_floor"]) if g["ours_over_xla_floor"] else "-"
-    lines.append(f"{g['workload']:<6}{g['baseline']:<20}{g['half_baseline_s']:>13.3f}"
+    lines.append(f"{g['workload']:<8}{g['baseline']:<20}{g['half_baseline_s']:>13.3f}"
                  f"{g['ours_s']:>8.3f}{'yes' if g['met'] else 'no':>5}{fmt(g['xla_floor_s']):>10}"
                  f"{fmt(g['torch_floor_s']):>12}{ratio:>15}  {verdict}")
   return "\n".join(lines)

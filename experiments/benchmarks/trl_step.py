@@ -81,7 +81,8 @@ def main(argv=None):
       generation_kwargs=dict(min_new_tokens=r), learning_rate=spec["learning_rate"],
       lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
       beta=spec["beta"], loss_type="dapo", scale_rewards="group", num_iterations=1,
-      max_steps=steps, shuffle_dataset=False, gradient_checkpointing=False, bf16=False,
+      max_steps=steps, shuffle_dataset=False, gradient_checkpointing=False,
+      bf16=spec.get("compute_dtype") == "bfloat16",
       fp16=False, use_cpu=True, logging_steps=1, report_to="none", save_strategy="no",
       seed=spec["seed"], disable_tqdm=True, dataloader_num_workers=0)
   trainer = trl.GRPOTrainer(model=model, reward_funcs=even_fraction, args=config,

@@ -11,7 +11,10 @@ reward is the fraction of even token ids in the response (the same
 function on every side), so all systems do the same work. Ours runs with
 `rl.shared_prefix` (each group's prompt through the update's and the
 reference's layers once, as the trainer does with it on) unless the spec
-says `"shared_prefix": false`.
+says `"shared_prefix": false`, and computes in the spec's `compute_dtype`
+(`rl.compute_dtype`: "float32", or "bfloat16" over f32 weights). The
+update's layers are unrolled (`rl.unroll_layers` = the model's layers: the
+setting for a small model on CPU).
 """
 
 import functools
@@ -32,6 +35,7 @@ from rl_post.rl import config as rl_config  # noqa: E402
 from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, rollout_batch,  # noqa: E402
                                    shared_prefix_len)
 from rl_post.sampling.sampler import SamplingConfig, generate  # noqa: E402
+from rl_post.training import precision  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,15 +46,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synthetic import even_fraction_N  # noqa: E402
 
 def run(spec: dict) -> dict:
-  config = models.ModelConfig(**spec["arch"], attention_impl="xla")
   p, g, plen, r = spec["prompts"], spec["group"], spec["prompt_len"], spec["response"]
   rl = rl_config.load(dict(batch_size=p, num_generations=g, max_prompt_len=plen,
                            max_new_tokens=r, logprob_chunk=plen,
                            shared_prefix=spec.get("shared_prefix", True),
+                           compute_dtype=spec.get("compute_dtype", ""),
+                           unroll_layers=spec["arch"]["num_layers"],
                            grpo=dict(kl_coef=spec["beta"], aggregation="token_mean")))
+  weights_config = models.ModelConfig(**spec["arch"], attention_impl="xla")
+  config = precision.compute_config(weights_config, rl.compute_dtype)  # as RLComponents
   optimizer = make_optimizer(OptimizerConfig(learning_rate=spec["learning_rate"],
                                              schedule="constant", b2=0.999))
-  params = models.init_params(config, jax.random.key(spec["seed"]))
+  params = models.init_params(weights_config, jax.random.key(spec["seed"]))
   ref_params = jax.tree.map(jnp.copy, params) if rl.needs_reference else None
   state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
                      rng=jax.random.key(1))
@@ -81,7 +88,8 @@ def run(spec: dict) -> dict:
     wall.append(time.perf_counter() - start)
     cpu.append(time.process_time() - start_cpu)
     rewards.append(float(reward_N.mean()))
-  return dict(system="rl_post (JAX)", shared_prefix=rl.shared_prefix, step_wall_s=wall,
+  return dict(system="rl_post (JAX)", shared_prefix=rl.shared_prefix,
+              compute_dtype=config.dtype, step_wall_s=wall,
               step_cpu_s=cpu, rollout_s=rollout_s, rollout_tokens=tokens, reward_mean=rewards, versions={"jax": jax.__version__})
 
 

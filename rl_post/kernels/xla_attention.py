@@ -389,14 +389,15 @@ def xla_decode_attention_transposed(q, k_BxKxDxS, v_BxKxSxD, lengths):
   """
   b, h, d = q.shape
   h_kv, s = k_BxKxDxS.shape[1], k_BxKxDxS.shape[3]
-  acc = _acc_dtype(q.dtype)
-  q_BxKxGxD = q.reshape(b, h_kv, h // h_kv, d).astype(acc)
-  scores_BxKxGxS = jnp.einsum("bkgd,bkds->bkgs", q_BxKxGxD, k_BxKxDxS.astype(acc)) / math.sqrt(d)
+  # products in the cache's dtype accumulated in f32 (a bf16 cache is never
+  # converted as a whole); probabilities rounded to it, as in attention_fwd
+  q_BxKxGxD = q.reshape(b, h_kv, h // h_kv, d).astype(k_BxKxDxS.dtype)
+  scores_BxKxGxS = _dot("bkgd,bkds->bkgs", q_BxKxGxD, k_BxKxDxS) / math.sqrt(d)
   valid = (jnp.arange(s)[None, :] < lengths[:, None])[:, None, None, :]
   scores_BxKxGxS = jnp.where(valid, scores_BxKxGxS, masking.NEG_INF)
   m = scores_BxKxGxS.max(-1, keepdims=True)
   p = jnp.where(valid, jnp.exp(scores_BxKxGxS - m), 0.0)
   denom = p.sum(-1, keepdims=True)
   p = p / jnp.where(denom > 0, denom, 1.0)
-  out_BxKxGxD = jnp.einsum("bkgs,bksd->bkgd", p, v_BxKxSxD.astype(acc))
+  out_BxKxGxD = _dot("bkgs,bksd->bkgd", p.astype(v_BxKxSxD.dtype), v_BxKxSxD)
   return out_BxKxGxD.reshape(b, h, d).astype(q.dtype)

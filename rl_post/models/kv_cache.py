@@ -16,6 +16,7 @@ caller), so the cache always suits the decode attention that reads it:
 Slot s of row b holds the token at absolute position s in both layouts.
 """
 
+import jax
 import jax.numpy as jnp
 
 from rl_post.kernels import attention as attention_kernels
@@ -48,9 +49,22 @@ def shapes(cache_layout: str, batch: int, slots: int, kv_heads: int, head_dim: i
   return {"k": (b, k, d, s), "v": (b, k, s, d)}
 
 
+def default_dtype(config, platform=None):
+  """The cache's dtype: the compute dtype, except float32 on CPU.
+
+  XLA:CPU runs the decode attention's batched products and the cache
+  scatter in f32 whatever the operands' dtype, so a bf16 cache (mixed
+  precision) would be converted whole, both ways, on every decode step
+  (~30% of a bf16 step of workload b, `experiments/benchmarks/decode_profile.py`).
+  The values written are the same bf16-computed keys and values.
+  """
+  platform = platform or jax.default_backend()
+  return jnp.dtype(jnp.float32) if platform == "cpu" else jnp.dtype(config.dtype)
+
+
 def init(config, batch: int, slots: int, dtype=None, *, num_layers=None) -> dict:
   """An empty cache {"k", "v"}; with num_layers, stacked: [L, ...] arrays."""
-  dtype = dtype or config.dtype
+  dtype = dtype or default_dtype(config)
   lead = () if num_layers is None else (num_layers,)
   return {name: jnp.zeros(lead + shape, dtype) for name, shape in shapes(
       layout(config), batch, slots, config.num_kv_heads, config.head_dim).items()}

@@ -12,7 +12,7 @@ from flax import nnx
 from rl_post.kernels import attention as attention_kernels
 from rl_post.models import kv_cache, rope
 from rl_post.models.config import ModelConfig
-from rl_post.models.matmul import dense_MxN, transposed_for_grad
+from rl_post.models.matmul import dense_MxN, dot_acc32, transposed_for_grad
 from rl_post.parallel import ring_attention, sharding
 
 _init = nnx.initializers
@@ -64,9 +64,9 @@ def swiglu_MxE(x_MxE, gate_ExF, up_ExF, down_FxE):
 
 
 def _swiglu_fwd(x_MxE, gate_ExF, up_ExF, down_FxE):
-  gate_MxF = x_MxE @ gate_ExF
-  up_MxF = x_MxE @ up_ExF
-  out_MxE = (jax.nn.silu(gate_MxF) * up_MxF) @ down_FxE
+  gate_MxF = dot_acc32(x_MxE, gate_ExF)
+  up_MxF = dot_acc32(x_MxE, up_ExF)
+  out_MxE = dot_acc32(jax.nn.silu(gate_MxF) * up_MxF, down_FxE)
   return out_MxE, (x_MxE, gate_MxF, up_MxF, gate_ExF, up_ExF, down_FxE)
 
 
@@ -74,13 +74,15 @@ def _swiglu_bwd(residuals, d_out_MxE):
   x_MxE, gate_MxF, up_MxF, gate_ExF, up_ExF, down_FxE = residuals
   sig_MxF = jax.nn.sigmoid(gate_MxF)
   silu_MxF = gate_MxF * sig_MxF
-  d_hidden_MxF = d_out_MxE @ down_FxE.T
+  d_out_MxE = d_out_MxE.astype(x_MxE.dtype)
+  d_hidden_MxF = dot_acc32(d_out_MxE, down_FxE.T)
   d_up_MxF = d_hidden_MxF * silu_MxF
   d_gate_MxF = d_hidden_MxF * up_MxF * (sig_MxF * (1 + gate_MxF * (1 - sig_MxF)))
-  d_x_MxE = d_gate_MxF @ gate_ExF.T + d_up_MxF @ up_ExF.T
+  d_x_MxE = (dot_acc32(d_gate_MxF, gate_ExF.T, jnp.float32)
+             + dot_acc32(d_up_MxF, up_ExF.T, jnp.float32)).astype(x_MxE.dtype)
   x_ExM = transposed_for_grad(x_MxE)
-  return (d_x_MxE, x_ExM @ d_gate_MxF, x_ExM @ d_up_MxF,
-          transposed_for_grad(silu_MxF * up_MxF) @ d_out_MxE)
+  return (d_x_MxE, dot_acc32(x_ExM, d_gate_MxF), dot_acc32(x_ExM, d_up_MxF),
+          dot_acc32(transposed_for_grad(silu_MxF * up_MxF), d_out_MxE))
 
 
 swiglu_MxE.defvjp(_swiglu_fwd, _swiglu_bwd)

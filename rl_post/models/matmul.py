@@ -1,4 +1,4 @@
-"""2-D matmuls whose weight gradient XLA:CPU runs at full speed.
+"""2-D matmuls whose weight gradient XLA:CPU runs at full speed, with f32 accumulation.
 
 The weight gradient of `x_MxK @ w_KxN` is `x^T @ g`, a matmul contracting
 over the rows of both operands. XLA folds the transpose into the dot, and
@@ -9,11 +9,23 @@ matmul path (`experiments/benchmarks/update_speed.py`). On CPU,
 optimization barrier keeps XLA from folding it back); the copy is a few
 percent of the matmul. Other platforms get the plain transpose: their dots
 take any operand layout.
+
+Every product here accumulates in float32 (`dot_acc32`) and is rounded to
+its operands' dtype afterwards: the same numbers for f32, and for bf16
+(mixed precision) the fast path of XLA:CPU, whose bf16 x bf16 -> bf16 dot
+is ~2x slower than bf16 x bf16 -> f32 on AVX512-BF16 cores
+(`experiments/benchmarks/precision_matmul.py`).
 """
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+
+def dot_acc32(a_MxK: jax.Array, b_KxN: jax.Array, out_dtype=None) -> jax.Array:
+  """a @ b accumulated in float32, returned in `out_dtype` (default: a's dtype)."""
+  out = jnp.dot(a_MxK, b_KxN, preferred_element_type=jnp.float32)
+  return out.astype(a_MxK.dtype if out_dtype is None else out_dtype)
 
 
 def transposed_for_grad(x_MxK: jax.Array) -> jax.Array:
@@ -25,27 +37,45 @@ def transposed_for_grad(x_MxK: jax.Array) -> jax.Array:
 
 @jax.custom_vjp
 def matmul_MxN(x_MxK: jax.Array, w_KxN: jax.Array) -> jax.Array:
-  """x @ w; its backward computes dw as transposed_for_grad(x) @ g."""
-  return x_MxK @ w_KxN
+  """x @ w (x and w of one dtype), accumulated in f32; its backward computes
+  dw as transposed_for_grad(x) @ g, also accumulated in f32."""
+  return dot_acc32(x_MxK, w_KxN)
 
 
 def _matmul_fwd(x_MxK, w_KxN):
-  return x_MxK @ w_KxN, (x_MxK, w_KxN)
+  return dot_acc32(x_MxK, w_KxN), (x_MxK, w_KxN)
 
 
 def _matmul_bwd(residuals, g_MxN):
   x_MxK, w_KxN = residuals
-  d_x = (g_MxN @ w_KxN.T).astype(x_MxK.dtype)
-  d_w = (transposed_for_grad(x_MxK) @ g_MxN).astype(w_KxN.dtype)
+  g_MxN = g_MxN.astype(x_MxK.dtype)
+  d_x = dot_acc32(g_MxN, w_KxN.T, x_MxK.dtype)
+  d_w = dot_acc32(transposed_for_grad(x_MxK), g_MxN, w_KxN.dtype)
   return d_x, d_w
 
 
 matmul_MxN.defvjp(_matmul_fwd, _matmul_bwd)
 
 
+@jax.custom_vjp
+def matmul_f32_MxN(x_MxK: jax.Array, w_KxN: jax.Array) -> jax.Array:
+  """x @ w as float32 (x and w of one dtype, e.g. bf16 hidden states and head):
+  logits for an f32 log-softmax. The backward rounds the f32 cotangent to
+  the operands' dtype and runs `matmul_MxN`'s two products, as autocast does."""
+  return dot_acc32(x_MxK, w_KxN, jnp.float32)
+
+
+def _matmul_f32_fwd(x_MxK, w_KxN):
+  return dot_acc32(x_MxK, w_KxN, jnp.float32), (x_MxK, w_KxN)
+
+
+matmul_f32_MxN.defvjp(_matmul_f32_fwd, _matmul_bwd)
+
+
 def dense_MxN(x_MxK: jax.Array, w_KxN: jax.Array) -> jax.Array:
-  """x @ w: `matmul_MxN` when both are float32 (the CPU case), else the plain
-  matmul and its autodiff (mixed dtypes keep jnp's promotion rules)."""
-  if x_MxK.dtype == w_KxN.dtype == jnp.float32:
+  """x @ w: `matmul_MxN` when both are of one floating dtype (f32, or bf16
+  under mixed precision), else the plain matmul and its autodiff (mixed
+  dtypes keep jnp's promotion rules)."""
+  if x_MxK.dtype == w_KxN.dtype and jnp.issubdtype(x_MxK.dtype, jnp.floating):
     return matmul_MxN(x_MxK, w_KxN)
   return x_MxK @ w_KxN

@@ -188,8 +188,14 @@ def decode_weights(config: ModelConfig, params) -> dict:
 
   What a decode loop reads on every step, laid out once per rollout (both
   are copies: ~1x the params) and passed to every prefill/decode call of it.
+  Matrices are cast to the compute dtype here (bf16 under mixed precision),
+  so the loop neither casts them on each step nor reads f32 weights; norm
+  scales keep their dtype (the norms compute in f32).
   """
-  return {"layers": unstack_blocks(params), "head_ExV": head_matrix(config, params)}
+  dtype = jnp.dtype(config.dtype)
+  to_compute = lambda x: x.astype(dtype) if x.ndim >= 2 else x
+  return {"layers": jax.tree.map(to_compute, unstack_blocks(params)),
+          "head_ExV": head_matrix(config, params).astype(dtype)}
 
 
 def apply_layers_with_cache(config: ModelConfig, params, layer_params, tokens_BxT,

@@ -36,6 +36,11 @@ class RLConfig:
     logprob_chunk: positions per chunk of the log-softmax over the vocabulary.
     remat: rematerialisation of the layers in the update: "none" | "full" |
       "dots" (keep matmul outputs).
+    unroll_layers: layers per iteration of the update's loop over layers
+      (1: a compact loop; >= model.num_layers: straight-line code, which
+      spares XLA:CPU the loop's stacked residuals and in-loop transposes,
+      5-8% faster updates on the 4-layer benchmark model, at the cost of
+      compile time that grows with the number of layers).
     ref_dtype: storage dtype of the frozen reference params.
     eval_every: held-out evaluation period in steps (0: only at the end).
     checkpoint_every: checkpoint period in steps.
@@ -82,6 +87,7 @@ class RLConfig:
   grad_accum: int = 1
   logprob_chunk: int = 32
   remat: str = "none"
+  unroll_layers: int = 1
   ref_dtype: str = "float32"
   eval_every: int = 0
   checkpoint_every: int = 20
@@ -116,6 +122,8 @@ class RLConfig:
     check(self.logprob_chunk >= 1, "logprob_chunk", "must be >= 1", self.logprob_chunk)
     check(self.remat in REMAT_POLICIES, "remat", f"must be one of {REMAT_POLICIES}",
           self.remat)
+    check(isinstance(self.unroll_layers, int) and self.unroll_layers >= 1, "unroll_layers",
+          "must be an int >= 1", self.unroll_layers)
     check(self.ref_dtype in ("float32", "bfloat16"), "ref_dtype",
           "must be float32 or bfloat16", self.ref_dtype)
     check(self.eval_every >= 0, "eval_every", "must be >= 0", self.eval_every)

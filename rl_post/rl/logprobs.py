@@ -15,7 +15,7 @@ from flax import nnx
 
 from rl_post import models
 from rl_post.models import transformer
-from rl_post.models.matmul import matmul_MxN
+from rl_post.models.matmul import matmul_f32_MxN
 from rl_post.parallel import ring_attention
 
 REMAT_POLICIES = ("none", "full", "dots")
@@ -51,11 +51,12 @@ def _remat(fn, policy: str):
 
 
 def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", context_mesh=None,
-                  shared_prefix: tuple[int, int] | None = None):
+                  shared_prefix: tuple[int, int] | None = None, unroll: int = 1):
   """Final-norm hidden states h_BxTxE (model dtype): the model minus its output layer.
 
   Same computation as `models.apply` up to the logits, with each layer of
-  the scan rematerialised according to `remat` ("none" | "full" | "dots").
+  the scan rematerialised according to `remat` ("none" | "full" | "dots")
+  and `unroll` layers per iteration of the scan (`RLConfig.unroll_layers`).
   `shared_prefix=(L, G)`: consecutive groups of G rows share their first L
   tokens (a GRPO group's prompt), and the layers run those L positions once
   per group instead of once per row (`shared_prefix_hidden_states`).
@@ -64,7 +65,7 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
     if context_mesh is not None:
       raise ValueError("shared_prefix and context parallelism do not combine")
     return shared_prefix_hidden_states(model_config, params, tokens_BxT, *shared_prefix,
-                                       remat=remat)
+                                       remat=remat, unroll=unroll)
   model = nnx.merge(transformer.graphdef(model_config), params)
   positions_BxT = models.transformer.default_positions(tokens_BxT)
   perm = None
@@ -79,7 +80,7 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
     block = nnx.merge(block_graphdef, layer_state)
     return block(x, positions_BxT, context_mesh=context_mesh)[0], None
 
-  x_BxTxE, _ = jax.lax.scan(_remat(layer, remat), x_BxTxE, block_state)
+  x_BxTxE, _ = jax.lax.scan(_remat(layer, remat), x_BxTxE, block_state, unroll=unroll)
   x_BxTxE = model.final_norm(x_BxTxE)
   if perm is not None:
     x_BxTxE = x_BxTxE[:, ring_attention.inverse_permutation(perm)]
@@ -87,7 +88,7 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
 
 
 def shared_prefix_hidden_states(model_config, params, tokens_NxT, prefix_len: int,
-                                group_size: int, *, remat: str = "none"):
+                                group_size: int, *, remat: str = "none", unroll: int = 1):
   """`hidden_states` of N = P * G rows whose first `prefix_len` tokens are the
   same within each group of `group_size` consecutive rows (not checked here:
   `rl_post.rl.train_step.check_shared_prefix` checks a batch on the host).
@@ -112,7 +113,7 @@ def shared_prefix_hidden_states(model_config, params, tokens_NxT, prefix_len: in
     return block.shared_prefix(*carry, group_size), None
 
   (xp_PxLxE, xs_NxSxE), _ = jax.lax.scan(_remat(layer, remat), (xp_PxLxE, xs_NxSxE),
-                                         block_state)
+                                         block_state, unroll=unroll)
   h_PxLxE = model.final_norm(xp_PxLxE)
   return jnp.concatenate([jnp.repeat(h_PxLxE, group_size, axis=0),
                           model.final_norm(xs_NxSxE)], axis=1)
@@ -126,10 +127,11 @@ def output_matrix_ExV(model_config, params):
 
 
 def _head_logits(h_BxCxE, w_ExV):
-  """float32 logits of a chunk: h @ w as one 2-D matmul (rl_post.models.matmul)."""
+  """float32 logits of a chunk: h @ w as one 2-D matmul accumulated in f32
+  (rl_post.models.matmul; h and w share the model's compute dtype)."""
   b, c, e = h_BxCxE.shape
-  if h_BxCxE.dtype == w_ExV.dtype == jnp.float32:
-    return matmul_MxN(h_BxCxE.reshape(b * c, e), w_ExV).reshape(b, c, -1)
+  if h_BxCxE.dtype == w_ExV.dtype:
+    return matmul_f32_MxN(h_BxCxE.reshape(b * c, e), w_ExV).reshape(b, c, -1)
   return jnp.einsum("bce,ev->bcv", h_BxCxE, w_ExV, preferred_element_type=jnp.float32)
 
 

@@ -75,8 +75,8 @@ def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int 
   def loss_fn(params, critic, batch, totals):
     tokens_NxT, mask_NxT = batch["tokens"], batch["mask"]
     h_NxTxE = hidden_states(model_config, params, tokens_NxT, remat=rl.remat,
-                            context_mesh=context_mesh,
-                            shared_prefix=shared)
+                            context_mesh=context_mesh, shared_prefix=shared,
+                            unroll=min(rl.unroll_layers, model_config.num_layers))
     logp_NxT, entropy_NxT = chunked_token_logprobs(
         h_NxTxE, output_matrix_ExV(model_config, params), tokens_NxT, rl.temperature,
         rl.logprob_chunk, mask_NxT)  # no logits for prompt-only chunks

@@ -9,6 +9,7 @@ import pytest
 
 from rl_post import models
 from rl_post.models import kv_cache
+from rl_post.sampling import engine
 from rl_post.sampling.sampler import SamplingConfig, generate
 
 CONFIG = models.ModelConfig(num_layers=2, embed_dim=32, num_heads=4, num_kv_heads=2,
@@ -27,6 +28,28 @@ def test_layout_follows_the_decode_attention():
   assert cache["k"].shape == (3, 2, 8, 10) and cache["v"].shape == (3, 2, 10, 8)
   assert kv_cache.init(CONFIG, 3, 10, num_layers=2)["k"].shape == (2, 3, 2, 8, 10)
   assert kv_cache.logical_axes("transposed")["k"][-1] == "cache_length"
+
+
+def test_cache_dtype_is_the_compute_dtype_except_f32_on_cpu():
+  bf16 = dataclasses.replace(CONFIG, dtype="bfloat16")
+  assert kv_cache.default_dtype(bf16, "tpu") == kv_cache.default_dtype(bf16, "gpu") == jnp.bfloat16
+  assert kv_cache.default_dtype(bf16, "cpu") == jnp.float32  # XLA:CPU attends in f32
+  assert kv_cache.default_dtype(CONFIG, "tpu") == jnp.float32
+  assert kv_cache.init(bf16, 2, 4)["k"].dtype == jnp.float32  # this test runs on CPU
+  assert kv_cache.init(bf16, 2, 4, jnp.bfloat16)["v"].dtype == jnp.bfloat16  # asked for
+  # a bf16 decode step never converts the whole cache: no convert of a cache-shaped array
+  params = models.init_params(CONFIG, jax.random.key(0))
+  prompts, lens = jnp.ones((2, 3), jnp.int32), jnp.full((2,), 3, jnp.int32)
+  _, state = generate(params, prompts, lens, jax.random.key(1), model_config=bf16,
+                      config=SamplingConfig(max_new_tokens=4), eos_id=None, pad_id=0,
+                      return_state=True)
+  text = engine.decode.lower(params, state, jnp.int32(4), model_config=bf16,
+                             config=SamplingConfig(max_new_tokens=4).device_key(),
+                             pad_id=0).compile().as_text()
+  shapes = {f"[{','.join(map(str, c.shape))}]" for c in state.caches[0].values()}
+  converts = [line for line in text.splitlines() if " convert(" in line
+              and any(shape in line.split("=")[1].split(" ")[1] for shape in shapes)]
+  assert state.caches[0]["k"].dtype == jnp.float32 and not converts, converts
 
 
 @pytest.mark.parametrize("layout", kv_cache.LAYOUTS)

@@ -49,6 +49,8 @@ def test_bad_values_are_named_in_any_algorithm_section():
     rl_config.load(dict(batch_size=2, num_generations=3, grad_accum=4))
   with pytest.raises(ValueError, match="rl.remat must be one of"):
     rl_config.load(dict(remat="some"))
+  with pytest.raises(ValueError, match="rl.unroll_layers must be an int >= 1"):
+    rl_config.load(dict(unroll_layers=0))
   with pytest.raises(ValueError, match="already registered"):
     registry.register(registry.get("grpo"))
 

@@ -170,3 +170,38 @@ def test_a_run_with_shared_prefix_logs_the_numbers_of_one_without(tokenizer_path
     assert a.keys() == b.keys()
     for k in a:
       np.testing.assert_allclose(a[k], b[k], rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_unrolled_layers_give_the_scanned_update(shared):
+  """rl.unroll_layers changes how XLA loops over layers, not the update."""
+  config = models.ModelConfig(num_layers=3, embed_dim=32, num_heads=4, num_kv_heads=2,
+                              head_dim=8, mlp_dim=64, vocab_size=64, attention_impl="xla")
+  params = models.init_params(config, jax.random.key(0))
+  tokens = _grouped_tokens()
+  mask = np.zeros_like(tokens)
+  mask[:, L:] = 1
+  rewards = np.random.default_rng(1).random(P * G).astype(np.float32)
+  results = {}
+  for unroll in (1, 2, 3, 8):
+    rl = rl_config.load(dict(batch_size=P, num_generations=G, max_prompt_len=L,
+                             max_new_tokens=S, logprob_chunk=4, shared_prefix=shared,
+                             unroll_layers=unroll, grpo=dict(kl_coef=0.04)))
+    prefix = shared_prefix_len(rl, tokens)
+    assert prefix == (L if shared else 0)
+    ref = make_ref_logprobs(config, rl, prefix_len=prefix)(params, jnp.asarray(tokens))
+    batch = rollout_batch(rl, tokens, mask, np.asarray(ref) * mask, rewards,
+                          ref_logp_NxT=np.asarray(ref) * mask)
+    optimizer = optax.adam(1e-3)
+    state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
+                       rng=jax.random.key(1))
+    new, metrics = jax.jit(make_rl_train_step(config, rl, optimizer, prefix_len=prefix))(
+        state, batch)
+    results[unroll] = (float(metrics["loss"]), float(metrics["grad_norm"]), new.params)
+  loss, norm, want = results[1]
+  assert norm > 0
+  for unroll in (2, 3, 8):
+    got_loss, got_norm, got = results[unroll]
+    np.testing.assert_allclose([got_loss, got_norm], [loss, norm], rtol=1e-5, atol=1e-7)
+    for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+      np.testing.assert_allclose(g, w, atol=1e-6)

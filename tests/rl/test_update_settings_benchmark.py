@@ -1,0 +1,22 @@
+"""Smoke test of experiments/benchmarks/update_settings.py: four settings, timed in turns."""
+
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
+
+import update_settings  # noqa: E402
+
+
+def test_smoke_times_each_dtype_and_unroll(tmp_path, capsys):
+  out = tmp_path / "update_settings.json"
+  update_settings.main(["--smoke", "--rounds=2", f"--out={out}"])
+  rows = json.load(open(out))["rows"]
+  # the smoke model has one layer: unrolled and looped are the same setting
+  assert [(r["compute_dtype"], r["unroll_layers"]) for r in rows] == [("float32", 1),
+                                                                       ("bfloat16", 1)]
+  assert all(r["update_s"] > 0 and r["reference_s"] > 0 for r in rows)
+  assert rows[0]["update_vs_f32_loop"] == 1.0
+  assert "update / f32 loop" in capsys.readouterr().out
