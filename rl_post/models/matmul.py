@@ -23,8 +23,10 @@ from jax import lax
 
 
 def dot_acc32(a_MxK: jax.Array, b_KxN: jax.Array, out_dtype=None) -> jax.Array:
-  """a @ b accumulated in float32, returned in `out_dtype` (default: a's dtype)."""
-  out = jnp.dot(a_MxK, b_KxN, preferred_element_type=jnp.float32)
+  """a @ b accumulated in float32 (float64 for float64 operands), returned in
+  `out_dtype` (default: a's dtype)."""
+  acc = jnp.promote_types(a_MxK.dtype, jnp.float32)
+  out = jnp.dot(a_MxK, b_KxN, preferred_element_type=acc)
   return out.astype(a_MxK.dtype if out_dtype is None else out_dtype)
 
 

@@ -92,3 +92,12 @@ def test_matmul_f32_gives_f32_logits_and_operand_dtype_gradients():
   np.testing.assert_allclose(np.asarray(out32), np.asarray(x @ w), rtol=1e-6, atol=1e-5)
   for a, b in zip(vjp32(g), jax.vjp(lambda x, w: x @ w, x, w)[1](g)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+def test_float64_products_keep_float64_accumulation():
+  with jax.enable_x64(True):
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(5, 7)))
+    w = jnp.asarray(np.random.default_rng(1).normal(size=(7, 3)))
+    out = matmul_MxN(x, w)
+    assert out.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(out), np.asarray(x) @ np.asarray(w), rtol=1e-12)
