@@ -62,7 +62,7 @@ def step_gemms(spec: dict) -> dict[str, collections.Counter]:
 
 def _timer_jax(repeats: int):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                             + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+                             + " --xla_cpu_multi_thread_eigen=false")
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
 

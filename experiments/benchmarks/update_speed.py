@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RESULTS = os.path.join(HERE, "results", "update_speed.json")
 BEFORE_REF = "936629e"  # main before the update-speed work (issue 15)
-SINGLE_THREAD = " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+SINGLE_THREAD = " --xla_cpu_multi_thread_eigen=false"
 # (remat, grad_accum): the fastest setting and the memory-saving one of the small workload
 CONFIGS = (("none", 1), ("full", 2))
 

@@ -6,8 +6,9 @@ be fixed before jax is imported. Exits non-zero on any mismatch.
 
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=8")
+# first: XLA stops reading its flags at a token it does not know
+os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=8 " +
+                           os.environ.get("XLA_FLAGS", ""))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
