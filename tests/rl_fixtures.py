@@ -117,3 +117,20 @@ class SandboxBatchVerifier(ContainsDigit):
     return [Verdict(float(r.status == "ok" and r.stdout.strip() == "1"), True,
                     r.stdout[:8], None, {"efficiency": 0.5}, ((0, 1, 1.0),))
             for r in results]
+
+
+STEP_DOMAIN = "rl_fixtures:EvenDigitSteps"
+
+
+class EvenDigitSteps(ContainsDigit):
+  """ContainsDigit with process credit: every digit written is a step,
+  right when even (a one-character span), and `process` is their share."""
+
+  name = STEP_DOMAIN
+
+  def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
+    spans = tuple((i, i + 1, float(int(c) % 2 == 0)) for i, c in enumerate(completion)
+                  if c in "0123456789")
+    process = sum(s for *_, s in spans) / max(len(spans), 1)
+    return Verdict(bool(spans), True, completion[:8], components={"process": process},
+                   step_scores=spans)

@@ -59,3 +59,38 @@ def token_rewards_NxT(verdicts: Sequence[Verdict], char_ends_NxT: np.ndarray,
   covered_NxT &= mask_NxT
   score_NxT *= covered_NxT
   return score_NxT, covered_NxT
+
+
+def step_end_rewards_NxT(verdicts: Sequence[Verdict], totals_N: np.ndarray, tokens_NxT: np.ndarray,
+                         mask_NxT: np.ndarray, decode: Callable[[Sequence[int]], str]
+                         ) -> np.ndarray:
+  """Per-token process rewards: totals_N[i] split over completion i's steps.
+
+  Each step's share is proportional to its score and lands on the last
+  response token that decodes part of the step's characters (response
+  tokens are where mask_NxT is 1, in order, and decode to the verified
+  text); a row with a total but no step scoring above 0 gets it on its
+  last response token. So every row's rewards sum to totals_N[i]; rows
+  whose total is 0 cost nothing (no decodes).
+  """
+  tokens_NxT, mask_NxT = np.asarray(tokens_NxT), np.asarray(mask_NxT, bool)
+  totals_N = np.asarray(totals_N, np.float32)
+  if (tokens_NxT.shape != mask_NxT.shape or len(verdicts) != mask_NxT.shape[0]
+      or totals_N.shape != (len(verdicts),)):
+    raise ValueError(f"{len(verdicts)} verdicts, totals {totals_N.shape}, tokens "
+                     f"{tokens_NxT.shape}, mask {mask_NxT.shape}: need N of each and [N, T]")
+  out_NxT = np.zeros(mask_NxT.shape, np.float32)
+  for i in np.flatnonzero(totals_N):
+    steps = [(end, score) for _, end, score in verdicts[i].step_scores if score > 0]
+    positions = np.flatnonzero(mask_NxT[i])
+    if not positions.size:
+      raise ValueError(f"row {i} has a process reward but no response tokens")
+    if not steps:
+      out_NxT[i, positions[-1]] = totals_N[i]
+      continue
+    ends_T = token_char_ends(decode, tokens_NxT[i, positions].tolist())
+    scale = totals_N[i] / sum(score for _, score in steps)
+    for end, score in steps:
+      t = min(int(np.searchsorted(ends_T, end, side="left")), positions.size - 1)
+      out_NxT[i, positions[t]] += scale * score
+  return out_NxT

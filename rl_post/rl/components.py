@@ -58,6 +58,9 @@ class RLComponents:
     if self.episodes is not None and rl.shared_prefix:
       raise ValueError("rl.shared_prefix applies to prompt x G rollouts; multi-turn episodes "
                        "(episodes.enabled) do not share a fixed prompt region: turn it off")
+    if self.episodes is not None and rl.process_credit == "token":
+      raise ValueError("rl.process_credit='token' maps a verifier's step spans onto one "
+                       "response; an episode's turns are several: use 'sequence'")
     if self.episodes is not None and jax.process_count() > 1:
       raise NotImplementedError("episodes.enabled runs on one process; multi-host RL runs "
                                 "single-turn rounds (docs/scale.md)")

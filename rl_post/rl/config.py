@@ -16,6 +16,8 @@ from rl_post.config_sections import check, from_section
 from rl_post.rl import registry
 from rl_post.rl.logprobs import REMAT_POLICIES
 
+PROCESS_CREDIT = ("sequence", "token")
+
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
@@ -70,6 +72,14 @@ class RLConfig:
       update per length). Single process; not with context parallelism or
       episodes.
     algo: the chosen algorithm's config (set by `load`, not a section field).
+    process_credit: where the `process` reward component (the verifier's
+      step scores, e.g. arithmetic's column checks, times its weight in
+      `rewards.weights`) goes: "sequence" adds it to the sequence's reward;
+      "token" splits it over the response's steps, each step's share
+      (proportional to its score) on the step's last token, so estimators
+      with per-token returns (REINFORCE++, PPO) credit each step only for
+      what follows it. Sequence estimators (GRPO, RLOO) sum the tokens back
+      and see the same rewards either way. Not with episodes.
     prompt_buckets: prompt widths generation pads to (the smallest that
       fits the batch's longest prompt); () = the sampler's powers of two.
       (max_prompt_len,) gives one compiled shape for every batch of a
@@ -100,6 +110,7 @@ class RLConfig:
   shared_prefix: bool = False
   algo: Any = None
   prompt_buckets: tuple[int, ...] = ()
+  process_credit: str = "sequence"
 
   def __post_init__(self):
     alg = registry.get(self.algorithm)
@@ -146,6 +157,8 @@ class RLConfig:
             "shared_prefix", f"needs whole groups per micro-batch: minibatch_size / grad_accum "
             f"({self.minibatch_size // self.grad_accum}) must be a multiple of num_generations "
             f"({self.num_generations})", self.shared_prefix)
+    check(self.process_credit in PROCESS_CREDIT, "process_credit",
+          f"must be one of {PROCESS_CREDIT}", self.process_credit)
     if self.algo is None:
       object.__setattr__(self, "algo", alg.config_cls())
     check(isinstance(self.algo, alg.config_cls), "algo",

@@ -34,6 +34,7 @@ from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import process_data
 from rl_post.parallel.process_rewards import ProcessSplitPool
+from rl_post.rewards import process_credit
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import reward_metrics
 from rl_post.rl import async_rewards
@@ -89,6 +90,18 @@ def _rollout_metrics(tasks_N, reward_batch, rollout, rl: RLConfig) -> dict:
     metrics[f"format_rate/{domain}"] = reward_batch.components["format"][sel].mean()
   return metrics
 
+
+
+def _process_token_rewards(c: RLComponents, tasks_N, rewards, host):
+  """(rewards_N without the process component, its per-token rewards) for
+  `rl.process_credit="token"` (rl/config.py; rewards/process_credit.py)."""
+  weights_N = np.array([c.rewards.weights_for(t.domain).get("process", 0.0) for t in tasks_N],
+                       np.float32)
+  totals_N = weights_N * rewards.components.get("process", np.zeros(len(tasks_N), np.float32))
+  totals_N = np.where([k is None for k in rewards.error_kinds], totals_N, 0.0)
+  process_NxT = process_credit.step_end_rewards_NxT(
+      rewards.verdicts, totals_N, host.tokens_BxT, host.mask_BxT, c.ctx.tokenizer.decode)
+  return rewards.rewards_N - totals_N, process_NxT
 
 
 def _evaluate_heldout(c: RLComponents, params, step: int, pool: RewardPool) -> dict:
@@ -263,8 +276,11 @@ def train(config, workdir: str) -> dict:
     nonlocal state
     tasks_N, host, rewards, ref_logp, values = (
         picked[k] for k in ("tasks_N", "host", "rewards", "ref_logp", "values"))
-    batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT,
-                          rewards.rewards_N, ref_logp_NxT=ref_logp, values_NxT=values)
+    rewards_N, process_NxT = rewards.rewards_N, None
+    if rl.process_credit == "token":
+      rewards_N, process_NxT = _process_token_rewards(c, tasks_N, rewards, host)
+    batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, rewards_N,
+                          ref_logp_NxT=ref_logp, values_NxT=values, process_NxT=process_NxT)
     batch = injector.poison(it + 1, batch, "adv")
     prefix_len = shared_prefix_len(rl, host.tokens_BxT)
     step_fn = c.step_fn_for(prefix_len)

@@ -8,6 +8,12 @@ first has to align the digits differently, with no new length or fact to
 learn. The demonstration works the columns from the least significant
 digit, "x+y+c=digit,carry" (x from the first operand written, zero-padded),
 which a small transformer can learn to execute and RL can sharpen.
+
+Besides the outcome, `verify` checks the work: each written column step is
+right or wrong (`column_credit`), reported as process credit (the
+`process` component, the share of the expected columns written right, and
+`Verdict.step_scores`, one span per written step), so a reward can credit
+a response whose answer is wrong but most of whose columns are right.
 """
 
 import re
@@ -19,6 +25,8 @@ from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract
                                 has_reasoning_format)
 
 _INT_RE = re.compile(r"-?\d+")
+MAX_EXTRA_STEPS = 8
+_STEP_RE = re.compile(r"(\d)([+-])(\d)([+-])(\d)=(\d),(\d)")
 SHORT_FIRST = 100  # level SHORT_FIRST + d: a d-digit sum written shorter operand first
 
 
@@ -59,6 +67,53 @@ def column_steps(a: int, b: int, op: str, slips: frozenset[int] = frozenset()):
   if op == "-" and carry:  # a slip left a borrow out of the top column
     result -= 10 ** len(digits)
   return steps, result
+
+
+def _think_span(completion: str) -> tuple[int, int] | None:
+  """Character range of the first <think>...</think> section's content, or None."""
+  start = completion.find("<think>")
+  if start < 0:
+    return None
+  start += len("<think>")
+  end = completion.find("</think>", start)
+  return None if end < 0 else (start, end)
+
+
+def column_credit(a: int, b: int, op: str, completion: str
+                  ) -> tuple[float, tuple[tuple[int, int, float], ...]]:
+  """Process credit of the column work in `completion` for a op b.
+
+  The k-th step written in the <think> section ("x+y+c=d,k") is right iff
+  it is the k-th column of `column_steps(a, b, op)`: the column's two
+  digits (in either order for a sum: a shorter operand written first puts
+  its digit first), the true carry or borrow into the column, the digit and
+  the carry out. Returns (the right steps over max(expected, written)
+  steps, so missing or extra steps lower it; one (start, end, 0 or 1)
+  character span per written step; steps past the expected ones plus
+  MAX_EXTRA_STEPS are not read).
+  """
+  expected, _ = column_steps(a, b, op)
+  section = _think_span(completion)
+  if section is None:
+    return 0.0, ()
+  spans = []
+  for k, m in enumerate(_STEP_RE.finditer(completion, *section)):
+    if k == len(expected) + MAX_EXTRA_STEPS:  # bounded work on hostile completions
+      break
+    spans.append((m.start(), m.end(), float(k < len(expected)
+                                            and _same_step(m.groups(), expected[k]))))
+  right = sum(score for _, _, score in spans)
+  return right / max(len(expected), len(spans)), tuple(spans)
+
+
+def _same_step(written: tuple[str, ...], expected: str) -> bool:
+  x, op, y, op2, carry, digit, out = written
+  want = _STEP_RE.fullmatch(expected).groups()
+  if op != op2 or op != want[1] or (carry, digit, out) != want[4:]:
+    return False
+  if op == "+":
+    return sorted((x, y)) == sorted((want[0], want[2]))
+  return (x, y) == (want[0], want[2])
 
 
 class Arithmetic(Domain):
@@ -144,11 +199,15 @@ class Arithmetic(Domain):
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     del sandbox  # parses text only
     format_ok = has_reasoning_format(completion)
+    m = task.metadata
+    process, spans = column_credit(m["a"], m["b"], m["op"], completion)
+    # the work is credited whatever the answer
+    credit = dict(components={"process": process}, step_scores=spans)
     answer = extract_answer(completion)
     if answer is None:
-      return Verdict(False, format_ok, None, "no <answer> tag")
+      return Verdict(False, format_ok, None, "no <answer> tag", **credit)
     if len(answer) > MAX_ANSWER_CHARS:
-      return Verdict(False, format_ok, answer[:MAX_ANSWER_CHARS], "answer too long")
+      return Verdict(False, format_ok, answer[:MAX_ANSWER_CHARS], "answer too long", **credit)
     if not _INT_RE.fullmatch(answer):
-      return Verdict(False, format_ok, answer, "answer is not an integer")
-    return Verdict(float(int(answer) == task.target), format_ok, answer, None)
+      return Verdict(False, format_ok, answer, "answer is not an integer", **credit)
+    return Verdict(float(int(answer) == task.target), format_ok, answer, None, **credit)

@@ -6,9 +6,15 @@ random combination of all the numbers with positive whole intermediate
 results, so a solution always exists; the demonstration writes that
 combination's steps and expression. The verifier evaluates the answer with
 `safe_expr` (our own parser, no `eval`, no powers, bounded sizes).
+
+It also checks the work (`step_credit`): a written step "a*b=v" is right
+when its arithmetic is exact and both operands are still available (given
+numbers not used yet, or earlier steps' results). The share of right steps
+is the `process` component and each step a `Verdict.step_scores` span.
 """
 
 import collections
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -22,6 +28,10 @@ _LIMITS = safe_expr.Limits(max_chars=MAX_ANSWER_CHARS, max_depth=32, max_bits=25
 _SMALL = np.arange(1, 11)
 _LARGE = np.array([25, 50, 75, 100])
 _MAX_TARGET = 1000
+MAX_EXTRA_STEPS = 8
+_STEP_RE = re.compile(r"(?<!\d)(\d{1,9})([-+*/])(\d{1,9})=(\d{1,9})(?!\d)")
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+        "/": lambda a, b: a // b if b and a % b == 0 else None}
 
 
 def _combine(rng: np.random.Generator, a: int, b: int):
@@ -56,6 +66,35 @@ def _solution(rng: np.random.Generator, numbers: list[int]):
     pool = [p for k, p in enumerate(pool) if k not in (i, j)] + [(expr, value)]
   expr, value = pool[0]
   return steps, expr[1:-1] if expr.startswith("(") else expr, value
+
+
+def step_credit(numbers, completion: str) -> tuple[float, tuple[tuple[int, int, float], ...]]:
+  """Process credit of the steps written in `completion`'s <think> section.
+
+  A step "a op b=v" is right iff a op b == v exactly (division without
+  remainder) and a and b are available: given numbers not used yet or
+  results of earlier right steps (a right step uses them up and adds v).
+  Returns (right steps over max(len(numbers) - 1, written steps); one
+  (start, end, 0 or 1) character span per written step, at most
+  len(numbers) - 1 + MAX_EXTRA_STEPS).
+  """
+  start = completion.find("<think>")
+  end = completion.find("</think>", start + 1) if start >= 0 else -1
+  if end < 0:
+    return 0.0, ()
+  expected = len(numbers) - 1
+  pool = collections.Counter(int(n) for n in numbers)
+  spans = []
+  for k, m in enumerate(_STEP_RE.finditer(completion, start + len("<think>"), end)):
+    if k == expected + MAX_EXTRA_STEPS:  # bounded work on hostile completions
+      break
+    a, op, b, value = int(m[1]), m[2], int(m[3]), int(m[4])
+    need = collections.Counter([a, b])
+    right = _OPS[op](a, b) == value and not need - pool
+    if right:
+      pool = pool - need + collections.Counter([value])
+    spans.append((m.start(), m.end(), float(right)))
+  return sum(s for _, _, s in spans) / max(expected, len(spans), 1), tuple(spans)
 
 
 class Countdown(Domain):
@@ -93,19 +132,24 @@ class Countdown(Domain):
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     del sandbox  # parses text only
     format_ok = has_reasoning_format(completion)
+    process, spans = step_credit(task.metadata["numbers"], completion)
     answer = extract_answer(completion)
     if answer is None:
-      return Verdict(0.0, format_ok, None, "no <answer> tag")
+      return Verdict(0.0, format_ok, None, "no <answer> tag", components={"process": process},
+                     step_scores=spans)
+    credit = dict(process=process)  # the work is credited whatever the answer
     if "=" in answer:  # "expr = target" is accepted; the target part is ignored
       answer = answer.split("=", 1)[0].strip()
     try:
       parsed = safe_expr.parse(answer, _LIMITS)
     except safe_expr.ExprError as e:
-      return Verdict(0.0, format_ok, answer[:MAX_ANSWER_CHARS], f"invalid expression: {e}")
+      return Verdict(0.0, format_ok, answer[:MAX_ANSWER_CHARS], f"invalid expression: {e}",
+                     components=credit, step_scores=spans)
     uses_numbers = (collections.Counter(parsed.numbers)
                     == collections.Counter(Fraction(n) for n in task.metadata["numbers"]))
     reaches = parsed.value == task.target
     return Verdict(float(uses_numbers and reaches), format_ok, answer,
                    None if uses_numbers else "does not use each number exactly once",
-                   components={"uses_numbers": float(uses_numbers),
-                               "reaches_target": float(reaches)})
+                   components=dict(credit, uses_numbers=float(uses_numbers),
+                                   reaches_target=float(reaches)),
+                   step_scores=spans)
