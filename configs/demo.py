@@ -46,7 +46,9 @@ def get_config(variant: str = ""):
   c.tasks.heldout_size = 240
   c.rewards.update(num_workers=2, timeout_s=30.0)
   c.rewards.sandbox.update(num_workers=2, timeout_s=10.0)
-  c.rewards.weights = dict(default=dict(outcome=1.0, format=0.1),
+  # process (arithmetic's column checks, countdown's step checks) is weighted 0 here: set
+  # --config.rewards.weights.default.process to reward the work (docs/demo.md, process pilot)
+  c.rewards.weights = dict(default=dict(outcome=1.0, format=0.1, process=0.0),
                            countdown=dict(uses_numbers=0.2, reaches_target=0.2))
   c.model.update(num_layers=4, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
                  mlp_dim=384)
@@ -88,7 +90,7 @@ def get_config(variant: str = ""):
     c.tasks.domain_difficulties = {"arithmetic": LEVELS["arithmetic"]}
     c.tasks.demo_difficulties = {"arithmetic": DEMO_LEVELS["arithmetic"]}
     c.tasks.domain_options = {"arithmetic": c.tasks.domain_options["arithmetic"].to_dict()}
-    c.rewards.weights = dict(default=dict(outcome=1.0, format=0.1))
+    c.rewards.weights = dict(default=dict(outcome=1.0, format=0.1, process=0.0))
   elif variant == "answer_only":
     # Half the arithmetic demonstrations give the (exact) answer without the column work:
     # does RL find from reward alone which style completes more sums? It did, but the
