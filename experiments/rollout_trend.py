@@ -4,6 +4,9 @@ r"""An RL run's rollout pass rate per domain and level, pooled over windows of s
   python experiments/rollout_trend.py \
       --runs=/tmp/rl_post_seeds/seed_0/rl,/tmp/rl_post_seeds/seed_1/rl --window=20
 
+  # the share of right steps (arithmetic columns, countdown steps) per domain:
+  python experiments/rollout_trend.py --runs=/tmp/demo_arith --component=process
+
 Each run is an RL workdir (its metrics.jsonl); one table per run is printed:
 did the policy's own samples get better where RL trained on them?
 """
@@ -18,13 +21,17 @@ from rl_post.metrics.writers import read_metrics
 _RUNS = flags.DEFINE_list("runs", None, "Comma-separated RL workdirs (holding metrics.jsonl).",
                           required=True)
 _WINDOW = flags.DEFINE_integer("window", 10, "Steps pooled per column.")
+_COMPONENT = flags.DEFINE_string(
+    "component", "pass_rate", "pass_rate (per level), or a reward component logged per "
+    "domain (e.g. process, format), pooled per domain.")
 
 
 def main(argv):
   del argv
   for run in _RUNS.value:
-    trend = rollout_trend.windowed_pass_rates(read_metrics(run), _WINDOW.value)
-    print(rollout_trend.trend_table_md(trend, title=f"Rollout pass rate (%), {run}"))
+    trend = rollout_trend.windowed_pass_rates(read_metrics(run), _WINDOW.value, _COMPONENT.value)
+    what = "pass rate" if _COMPONENT.value == "pass_rate" else _COMPONENT.value
+    print(rollout_trend.trend_table_md(trend, title=f"Rollout {what} (%), {run}"))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,17 @@ def test_table_marks_windows_without_rollouts():
   assert "| domain | level | steps 1-2 | steps 3-4 | steps 5-5 | rollouts |" in table
   assert "| a | 2 | 87.5 | 25.0 | - | 40 |" in table
   assert "| b | 1 | 0.0 | 100.0 | 50.0 | 10 |" in table
-  assert "no per-level pass rates" in rollout_trend.trend_table_md({}, "T")
+  assert "no such per-domain or per-level rates" in rollout_trend.trend_table_md({}, "T")
+
+
+def test_a_component_is_pooled_per_domain():
+  records = [{"step": 1, "domain/a/process": 0.5, "domain/a/count": 8,
+              "domain/a/difficulty/2/process": 9.0},  # not a per-domain key
+             {"step": 2, "domain/a/process": 0.0, "domain/a/count": 24,
+              "domain/b/process": 1.0, "domain/b/count": 4}]
+  trend = rollout_trend.windowed_pass_rates(records, window=2, component="process")
+  assert trend == {("a", None): [(1, 2, 4 / 32, 32)], ("b", None): [(1, 2, 1.0, 4)]}
+  assert "| a | all | 12.5 | 32 |" in rollout_trend.trend_table_md(trend)
 
 
 def test_script_prints_one_table_per_run(tmp_path):
@@ -59,6 +69,7 @@ def test_script_prints_one_table_per_run(tmp_path):
                         f"--runs={runs}", "--window=2"], capture_output=True, text=True,
                        check=True).stdout
   assert out.count("| a | 2 | 87.5 | 25.0 | - | 40 |") == 2 and str(tmp_path / "r1") in out
+  assert "Rollout pass rate (%)" in out
   missing = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "rollout_trend.py"),
                             f"--runs={tmp_path / 'nope'}"], capture_output=True, text=True)
   assert missing.returncode != 0 and "no metrics file" in missing.stderr

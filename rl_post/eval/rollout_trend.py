@@ -4,7 +4,9 @@ The trainer logs, for every step's scored rollouts, `domain/<d>/difficulty/<k>/p
 and the number of rollouts behind it (`.../count`). Pooled over windows of steps
 (weighted by count), they show whether the policy's samples got better where RL trained
 on them, before any held-out evaluation: a level whose rollouts never pass gives GRPO no
-gradient, and a flat line over a run says the updates did not move it.
+gradient, and a flat line over a run says the updates did not move it. Any other
+component the trainer logs per domain (`domain/<d>/<component>`, e.g. `process`, the
+share of right steps) pools the same way, per domain (level "all").
 """
 
 import re
@@ -13,13 +15,25 @@ from collections.abc import Mapping, Sequence
 _PASS_RE = re.compile(r"^domain/(?P<domain>[^/]+)/difficulty/(?P<level>-?\d+)/pass_rate$")
 
 
-def windowed_pass_rates(records: Sequence[Mapping], window: int
-                        ) -> dict[tuple[str, int], list[tuple[int, int, float | None, int]]]:
+def _cell(key: str, component: str) -> tuple[str, int | None] | None:
+  """(domain, level) of a metrics key holding `component` (level None: the whole domain)."""
+  if component == "pass_rate":
+    match = _PASS_RE.match(key)
+    return (match["domain"], int(match["level"])) if match else None
+  parts = key.split("/")
+  if len(parts) == 3 and parts[0] == "domain" and parts[2] == component:
+    return parts[1], None
+  return None
+
+
+def windowed_pass_rates(records: Sequence[Mapping], window: int, component: str = "pass_rate"
+                        ) -> dict[tuple[str, int | None], list[tuple[int, int, float | None, int]]]:
   """{(domain, level): [(first_step, last_step, pooled pass rate, rollouts), ...]}.
 
   Windows are `window` consecutive steps from the run's first logged step; a
   window where a level had no rollouts has rate None and 0 rollouts. Records
-  without a `step` (or with a None rate or count) are skipped.
+  without a `step` (or with a None rate or count) are skipped. With another
+  `component` (e.g. "process"), its per-domain mean instead, level None.
   """
   if window < 1:
     raise ValueError(f"window must be >= 1 step, got {window}")
@@ -34,14 +48,13 @@ def windowed_pass_rates(records: Sequence[Mapping], window: int
       continue
     w = (int(record["step"]) - first) // window
     for key, rate in record.items():
-      match = _PASS_RE.match(key)
-      if not match:
+      name = _cell(key, component)
+      if name is None:
         continue
-      count = record.get(key[:-len("pass_rate")] + "count")
+      count = record.get(key[:-len(component)] + "count")
       if rate is None or count is None:
         continue
-      cell = sums.setdefault((match["domain"], int(match["level"])),
-                             [[0.0, 0.0] for _ in range(num_windows)])
+      cell = sums.setdefault(name, [[0.0, 0.0] for _ in range(num_windows)])
       cell[w][0] += float(rate) * float(count)
       cell[w][1] += float(count)
   return {cell: [(first + w * window, min(first + (w + 1) * window - 1, last),
@@ -49,16 +62,18 @@ def windowed_pass_rates(records: Sequence[Mapping], window: int
           for cell, rows in sorted(sums.items())}
 
 
-def trend_table_md(trend: Mapping[tuple[str, int], Sequence[tuple]], title: str = "") -> str:
-  """A Markdown table: one row per (domain, level), one column per window (pass rate in %)."""
+def trend_table_md(trend: Mapping[tuple[str, int | None], Sequence[tuple]], title: str = ""
+                   ) -> str:
+  """A Markdown table: one row per (domain, level), one column per window (in %)."""
   if not trend:
-    return f"{title}\n\n(no per-level pass rates in these metrics)\n" if title else ""
+    return f"{title}\n\n(no such per-domain or per-level rates in these metrics)\n" if title else ""
   windows = next(iter(trend.values()))
   head = ["domain", "level"] + [f"steps {a}-{b}" for a, b, _, _ in windows] + ["rollouts"]
   lines = ([title, ""] if title else []) + ["| " + " | ".join(head) + " |",
                                             "|" + "---|" * len(head)]
   for (domain, level), rows in trend.items():
     cells = ["-" if rate is None else f"{100 * rate:.1f}" for _, _, rate, _ in rows]
-    lines.append("| " + " | ".join([domain, str(level), *cells, str(sum(r[3] for r in rows))])
+    level = "all" if level is None else str(level)
+    lines.append("| " + " | ".join([domain, level, *cells, str(sum(r[3] for r in rows))])
                  + " |")
   return "\n".join(lines) + "\n"
