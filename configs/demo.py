@@ -52,7 +52,8 @@ def get_config(variant: str = ""):
                            countdown=dict(uses_numbers=0.2, reaches_target=0.2))
   c.model.update(num_layers=4, embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32,
                  mlp_dim=384)
-  c.sft = dict(num_steps=600, batch_size=32, max_len=176, checkpoint_every=200)
+  c.sft = dict(num_steps=600, batch_size=32, max_len=176, checkpoint_every=200,
+               packing=False, pack_row_multiple=4)
   c.sft_optimizer = dict(learning_rate=3e-3, schedule="cosine", warmup_steps=20,
                          total_steps=600, weight_decay=0.0, grad_clip_norm=1.0)
   c.rl.update(num_steps=80, batch_size=8, num_generations=8, max_prompt_len=144,

@@ -11,7 +11,8 @@ from configs import base
 
 def get_config(variant: str = ""):
   c = base.get_base()
-  c.sft = dict(num_steps=600, batch_size=64, max_len=96, checkpoint_every=100)
+  c.sft = dict(num_steps=600, batch_size=64, max_len=96, checkpoint_every=100,
+               packing=False, pack_row_multiple=4)
   c.optimizer = dict(learning_rate=3e-3, schedule="cosine", warmup_steps=50, total_steps=600,
                      weight_decay=0.0, grad_clip_norm=1.0)
   if variant == "tiny":

@@ -16,7 +16,8 @@ from configs import base, grpo_multidomain
 def get_config(variant: str = ""):
   c = grpo_multidomain.common(base.get_base(), variant)
   # The longest prompt + demonstration at levels 1-2 is ~380 tokens (extraction).
-  c.sft = dict(num_steps=120, batch_size=16, max_len=400, checkpoint_every=60)
+  c.sft = dict(num_steps=120, batch_size=16, max_len=400, checkpoint_every=60,
+               packing=False, pack_row_multiple=4)
   c.optimizer = dict(learning_rate=3e-3, schedule="cosine", warmup_steps=12, total_steps=120,
                      weight_decay=0.0, grad_clip_norm=1.0)
   if variant == "tiny":

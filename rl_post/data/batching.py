@@ -37,6 +37,63 @@ def encode_prompts(tokenizer: Tokenizer, tasks: Sequence[Task], max_prompt_len: 
   return prompts_BxP, np.array([len(s) for s in ids], np.int32)
 
 
+def _demonstration_ids(tokenizer: Tokenizer, prompt: str, response: str):
+  """(ids, loss mask) of one demonstration: prompt (mask 0), response + EOS (mask 1)."""
+  p = prompt_ids(tokenizer, prompt)
+  r = tokenizer.encode(response) + [tokenizer.eos_id]
+  return p + r, [0] * len(p) + [1] * len(r)
+
+
+def pack_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str], responses: Sequence[str],
+                        max_len: int, row_multiple: int = 1) -> tuple[dict[str, np.ndarray], int]:
+  """SFT batch with several demonstrations per row (sequence packing).
+
+  Demonstrations go, longest first, into the first row of `max_len` tokens
+  with room for them (first-fit decreasing; a new row when none has), and
+  the rows are
+  padded to a multiple of `row_multiple` (few distinct shapes, so few
+  compilations). Each keeps its own positions (from 0) and a segment id (1,
+  2, ... within its row; 0 is padding), so attention never crosses
+  examples and the loss is the one of the same examples padded one per
+  row. Only examples longer than max_len are dropped (never truncated) and
+  counted, as in `encode_demonstrations`.
+
+  Returns:
+    ({"tokens", "mask", "positions", "segments"}: int32 [rows, max_len]),
+    number dropped.
+  """
+  if row_multiple < 1:
+    raise ValueError(f"row_multiple must be >= 1, got {row_multiple}")
+  examples = [_demonstration_ids(tokenizer, p, r)
+              for p, r in zip(prompts, responses, strict=True)]
+  kept = sorted((e for e in examples if len(e[0]) <= max_len), key=lambda e: -len(e[0]))
+  dropped = len(examples) - len(kept)
+  rows: list[list[tuple[list[int], list[int]]]] = []
+  used: list[int] = []
+  for ids, mask in kept:
+    row = next((r for r, n in enumerate(used) if n + len(ids) <= max_len), None)
+    if row is None:
+      rows.append([])
+      used.append(0)
+      row = len(rows) - 1
+    rows[row].append((ids, mask))
+    used[row] += len(ids)
+  num_rows = max(1, -(-len(rows) // row_multiple)) * row_multiple
+  batch = {k: np.zeros((num_rows, max_len), np.int32)
+           for k in ("tokens", "mask", "positions", "segments")}
+  batch["tokens"][:] = tokenizer.pad_id
+  for r, row_examples in enumerate(rows):
+    start = 0
+    for seg, (ids, mask) in enumerate(row_examples, start=1):
+      span = slice(start, start + len(ids))
+      batch["tokens"][r, span] = ids
+      batch["mask"][r, span] = mask
+      batch["positions"][r, span] = np.arange(len(ids))
+      batch["segments"][r, span] = seg
+      start += len(ids)
+  return batch, dropped
+
+
 def encode_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str],
                           responses: Sequence[str], max_len: int):
   """SFT batch: tokens_BxT, loss mask_BxT on response + EOS, and #dropped.
@@ -46,12 +103,11 @@ def encode_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str],
   """
   rows, masks = [], []
   for prompt, response in zip(prompts, responses, strict=True):
-    p = prompt_ids(tokenizer, prompt)
-    r = tokenizer.encode(response) + [tokenizer.eos_id]
-    if len(p) + len(r) > max_len:
+    ids, mask = _demonstration_ids(tokenizer, prompt, response)
+    if len(ids) > max_len:
       continue
-    rows.append(p + r)
-    masks.append([0] * len(p) + [1] * len(r))
+    rows.append(ids)
+    masks.append(mask)
   tokens_BxT = np.full((len(rows), max_len), tokenizer.pad_id, np.int32)
   mask_BxT = np.zeros((len(rows), max_len), np.int32)
   for i, (seq, m) in enumerate(zip(rows, masks)):

@@ -44,17 +44,38 @@ class SFTConfig:
     batch_size: demonstrations per step.
     max_len: token budget per example (longer ones are dropped and counted).
     checkpoint_every: checkpoint period in steps.
+    packing: several demonstrations per row (sequence packing, first fit;
+      attention and positions kept per demonstration): the step's
+      batch_size demonstrations take as many rows of max_len as they need,
+      rounded up to a multiple of pack_row_multiple (so a few batch shapes,
+      each compiled once), instead of batch_size rows.
+    pack_row_multiple: with packing, rows per batch are a multiple of this
+      (and of the mesh's batch axes).
   """
   num_steps: int = 500
   batch_size: int = 64
   max_len: int = 96
   checkpoint_every: int = 100
+  packing: bool = False
+  pack_row_multiple: int = 4
 
   def __post_init__(self):
     check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
     check(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
     check(self.max_len > 1, "max_len", "must be > 1", self.max_len)
     check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1", self.checkpoint_every)
+    check(isinstance(self.packing, bool), "packing", "must be a bool", self.packing)
+    check(isinstance(self.pack_row_multiple, int) and self.pack_row_multiple >= 1,
+          "pack_row_multiple", "must be an int >= 1", self.pack_row_multiple)
+
+  @property
+  def batch_keys(self) -> tuple[str, ...]:
+    return ("tokens", "mask", "positions", "segments") if self.packing else ("tokens", "mask")
+
+  @property
+  def row_multiple(self) -> int:
+    """Every batch's rows are a multiple of this."""
+    return self.pack_row_multiple if self.packing else self.batch_size
 
 
 def make_sft_loss(model_config, context_mesh=None):
@@ -62,7 +83,8 @@ def make_sft_loss(model_config, context_mesh=None):
 
   def loss_fn(params, batch, rng):
     del rng
-    logits = models.apply(model_config, params, batch["tokens"], context_mesh=context_mesh)
+    logits = models.apply(model_config, params, batch["tokens"], context_mesh=context_mesh,
+                          positions=batch.get("positions"), segment_ids=batch.get("segments"))
     logp_BxT, _ = token_logprobs_from_logits(logits, batch["tokens"])
     mask = batch["mask"].astype(jnp.float32)
     num_tokens = jnp.maximum(mask.sum(), 1.0)
@@ -75,9 +97,13 @@ def make_sft_loss(model_config, context_mesh=None):
 
 
 def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConfig):
-  """tokens/mask [batch_size, max_len] for SFT step `step`, plus #dropped."""
+  """tokens/mask [rows, max_len] for SFT step `step` (with packing, positions and
+  segments too), plus #dropped."""
   tasks = mixture.sample(step, sft.batch_size, stream="sft")
   responses = [mixture.domain_of(t).demonstration(t) for t in tasks]
+  if sft.packing:
+    return batching.pack_demonstrations(tokenizer, [t.prompt for t in tasks], responses,
+                                        sft.max_len, sft.pack_row_multiple)
   tokens, mask, dropped = batching.encode_demonstrations(
       tokenizer, [t.prompt for t in tasks], responses, sft.max_len)
   missing = sft.batch_size - tokens.shape[0]  # dropped rows become all-masked padding
@@ -93,13 +119,14 @@ def train(config, workdir: str) -> dict:
   sft = from_section(SFTConfig, config.get("sft"), "sft")
   tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
   opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
-  if sft.batch_size % ctx.batch_divisor():
-    raise ValueError(f"sft.batch_size ({sft.batch_size}) must be a multiple of the mesh "
+  if sft.row_multiple % ctx.batch_divisor():
+    raise ValueError(f"sft rows per batch (a multiple of {sft.row_multiple}: pack_row_multiple "
+                     f"with packing, else batch_size) must be a multiple of the mesh "
                      f"batch axes ({ctx.batch_divisor()})")
   mixture = TaskMixture(tasks, int(config.seed))
   optimizer = make_optimizer(opt)
   shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
-  batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in ("tokens", "mask")}
+  batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in sft.batch_keys}
   step_fn = jit_train_step(
       make_train_step(make_sft_loss(ctx.model_config, mesh_lib.context_mesh(ctx.mesh)), optimizer),
       shardings, batch_sharding)
