@@ -50,9 +50,8 @@ def pack_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str], responses:
 
   Demonstrations go, longest first, into the first row of `max_len` tokens
   with room for them (first-fit decreasing; a new row when none has), and
-  the rows are
-  padded to a multiple of `row_multiple` (few distinct shapes, so few
-  compilations). Each keeps its own positions (from 0) and a segment id (1,
+  the rows are padded to a multiple of `row_multiple` (few distinct shapes,
+  so few compilations). Each keeps its own positions (from 0) and a segment id (1,
   2, ... within its row; 0 is padding), so attention never crosses
   examples and the loss is the one of the same examples padded one per
   row. Only examples longer than max_len are dropped (never truncated) and

@@ -44,8 +44,8 @@ class SFTConfig:
     batch_size: demonstrations per step.
     max_len: token budget per example (longer ones are dropped and counted).
     checkpoint_every: checkpoint period in steps.
-    packing: several demonstrations per row (sequence packing, first fit;
-      attention and positions kept per demonstration): the step's
+    packing: several demonstrations per row (sequence packing, first-fit
+      decreasing; attention and positions kept per demonstration): the step's
       batch_size demonstrations take as many rows of max_len as they need,
       rounded up to a multiple of pack_row_multiple (so a few batch shapes,
       each compiled once), instead of batch_size rows.

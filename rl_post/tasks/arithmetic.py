@@ -22,7 +22,7 @@ import zlib
 import numpy as np
 
 from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract_answer,
-                                has_reasoning_format)
+                                has_reasoning_format, think_span)
 
 _INT_RE = re.compile(r"-?\d+")
 MAX_EXTRA_STEPS = 8
@@ -69,16 +69,6 @@ def column_steps(a: int, b: int, op: str, slips: frozenset[int] = frozenset()):
   return steps, result
 
 
-def _think_span(completion: str) -> tuple[int, int] | None:
-  """Character range of the first <think>...</think> section's content, or None."""
-  start = completion.find("<think>")
-  if start < 0:
-    return None
-  start += len("<think>")
-  end = completion.find("</think>", start)
-  return None if end < 0 else (start, end)
-
-
 def column_credit(a: int, b: int, op: str, completion: str
                   ) -> tuple[float, tuple[tuple[int, int, float], ...]]:
   """Process credit of the column work in `completion` for a op b.
@@ -93,7 +83,7 @@ def column_credit(a: int, b: int, op: str, completion: str
   MAX_EXTRA_STEPS are not read).
   """
   expected, _ = column_steps(a, b, op)
-  section = _think_span(completion)
+  section = think_span(completion)
   if section is None:
     return 0.0, ()
   spans = []

@@ -116,6 +116,16 @@ def extract_answer(completion: str) -> str | None:
   return completion[start + len("<answer>"):end].strip()
 
 
+def think_span(completion: str) -> tuple[int, int] | None:
+  """Character range of the first <think>...</think> section's content, or None."""
+  start = completion.find("<think>")
+  if start < 0:
+    return None
+  start += len("<think>")
+  end = completion.find("</think>", start)
+  return None if end < 0 else (start, end)
+
+
 def has_reasoning_format(completion: str) -> bool:
   """<think>...</think> then <answer>...</answer>, nothing after the answer."""
   text = completion.strip()

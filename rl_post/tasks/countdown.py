@@ -21,7 +21,7 @@ import numpy as np
 
 from rl_post.tasks import safe_expr
 from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract_answer,
-                                has_reasoning_format)
+                                has_reasoning_format, think_span)
 
 _LIMITS = safe_expr.Limits(max_chars=MAX_ANSWER_CHARS, max_depth=32, max_bits=256,
                            allow_power=False, allow_decimal=False)
@@ -78,14 +78,13 @@ def step_credit(numbers, completion: str) -> tuple[float, tuple[tuple[int, int, 
   (start, end, 0 or 1) character span per written step, at most
   len(numbers) - 1 + MAX_EXTRA_STEPS).
   """
-  start = completion.find("<think>")
-  end = completion.find("</think>", start + 1) if start >= 0 else -1
-  if end < 0:
+  section = think_span(completion)
+  if section is None:
     return 0.0, ()
   expected = len(numbers) - 1
   pool = collections.Counter(int(n) for n in numbers)
   spans = []
-  for k, m in enumerate(_STEP_RE.finditer(completion, start + len("<think>"), end)):
+  for k, m in enumerate(_STEP_RE.finditer(completion, *section)):
     if k == expected + MAX_EXTRA_STEPS:  # bounded work on hostile completions
       break
     a, op, b, value = int(m[1]), m[2], int(m[3]), int(m[4])
