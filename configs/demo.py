@@ -58,7 +58,9 @@ def get_config(variant: str = ""):
                          total_steps=600, weight_decay=0.0, grad_clip_norm=1.0)
   c.rl.update(num_steps=80, batch_size=8, num_generations=8, max_prompt_len=144,
               prompt_buckets=(144,), max_new_tokens=56, checkpoint_every=20, temperature=1.0,
-              num_minibatches=4)
+              num_minibatches=4, width_multiple=0)
+  # width_multiple=0: the update keeps the full 200 positions, as in the recorded runs
+  # (a trimmed width changes float rounding, and so the figures; docs/demo.md).
   # Four updates per batch of rollouts (more learning per sampled token: the rollout is
   # two thirds of an RL step here); the KL to the SFT model keeps the domains whose groups
   # are all solved (sql, filtered out of every batch) from drifting: without it (and one

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from absl import app, flags
 
 from rl_post.errors import UserError
+from rl_post.training import host_memory
 from rl_post.training.run import ensure_workdir
 
 EXIT_USER_ERROR = 2
@@ -109,5 +110,14 @@ def guarded(main: Callable[[list[str]], Any], argv: list[str]) -> Any:
 
 
 def run(main: Callable[[list[str]], Any]):
-  """`absl.app.run(main)` with user errors reported as one line (exit 2)."""
+  """`absl.app.run(main)` with user errors reported as one line (exit 2).
+
+  First applies the host memory policy (`rl_post.training.host_memory`:
+  on XLA:CPU, freed memory is reused instead of page-faulted anew on every
+  call of a compiled step), which must happen before JAX starts its backend.
+  """
+  try:
+    host_memory.apply_policy()
+  except ValueError as e:  # an unknown RL_POST_HOST_MALLOC
+    fail(str(e))
   app.run(lambda argv: guarded(main, argv))

@@ -52,6 +52,7 @@ from rl_post.models import hf  # noqa: E402
 from rl_post.rl import config as rl_config  # noqa: E402
 from rl_post.rl import trainer  # noqa: E402
 from rl_post.sft import trainer as sft_trainer  # noqa: E402
+from rl_post.training import host_memory  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig  # noqa: E402
 from rl_post.training.run import model_config_from  # noqa: E402
 
@@ -199,6 +200,7 @@ def main(argv=None):
   parser.add_argument("--workdir", default="/tmp/rl_post/vs_trl", help="must be new or empty")
   parser.add_argument("--out", default=RESULTS)
   args = parser.parse_args(argv)
+  malloc = host_memory.apply_policy()  # as every rl_post entry point does (cli.run)
   python = baseline_python(args.trl_python, "trl") if args.baselines == "trl" else None
   core = max(os.sched_getaffinity(0)) if args.core is None else args.core
   os.sched_setaffinity(0, {core})
@@ -220,7 +222,8 @@ def main(argv=None):
         f"{spec['hparams']}")
   print(comparison_table(rows, "rl_post (JAX)"))
   result = dict(core=core, load_avg_before=load_before, load_avg_after=os.getloadavg(),
-                smoke=args.smoke, sft_steps=args.sft_steps, hparams=spec["hparams"],
+                smoke=args.smoke, sft_steps=args.sft_steps, host_malloc=malloc,
+                hparams=spec["hparams"],
                 model=model_config_from(c, tokenizer).to_dict(), rows=rows,
                 trl_over_ours=(rows[1]["s_per_step"] / rows[0]["s_per_step"]
                                if len(rows) > 1 else None))

@@ -35,7 +35,7 @@ from rl_post.rl import config as rl_config  # noqa: E402
 from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, rollout_batch,  # noqa: E402
                                    shared_prefix_len)
 from rl_post.sampling.sampler import SamplingConfig, generate  # noqa: E402
-from rl_post.training import precision  # noqa: E402
+from rl_post.training import host_memory, precision  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -95,7 +95,8 @@ def run(spec: dict) -> dict:
 
 def main(argv=None):
   spec, out = side_io.read_spec(__doc__.splitlines()[0], argv)
-  result = run(spec)
+  malloc = host_memory.apply_policy()  # as every rl_post entry point does
+  result = dict(run(spec), host_malloc=malloc)
   side_io.write_result(out, result)
 
 

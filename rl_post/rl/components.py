@@ -86,6 +86,9 @@ class RLComponents:
       raise NotImplementedError("rl.shared_prefix runs on one process (each process would "
                                 "find its own shared length): turn it off for multi-host runs")
     self._cp_mesh, self._step_fns, self._ref_fns = cp_mesh, {}, {}
+    # the update's width follows the batch (rl.width_multiple), except where the
+    # context axis splits the sequence into fixed blocks
+    self.trims_width = bool(rl.width_multiple) and cp_mesh is None
     self.step_fn, self.ref_fn = self.step_fn_for(0), self.ref_fn_for(0)
     if rl.uses_critic:
       self.value_fn = jax.jit(make_value_fn(self.model_config, rl, cp_mesh))

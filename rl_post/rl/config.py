@@ -80,6 +80,12 @@ class RLConfig:
       with per-token returns (REINFORCE++, PPO) credit each step only for
       what follows it. Sequence estimators (GRPO, RLOO) sum the tokens back
       and see the same rewards either way. Not with episodes.
+    width_multiple: the update runs the rollout cut after its longest row
+      (prompt + response), rounded up to a multiple of this, instead of
+      the full prompt bucket + max_new_tokens: the positions cut are
+      padding in every row, so the numbers are those of the full width up
+      to float rounding, and each width compiles once. 0 = always the full
+      width. Not with context parallelism (the full width is kept).
     prompt_buckets: prompt widths generation pads to (the smallest that
       fits the batch's longest prompt); () = the sampler's powers of two.
       (max_prompt_len,) gives one compiled shape for every batch of a
@@ -111,6 +117,7 @@ class RLConfig:
   algo: Any = None
   prompt_buckets: tuple[int, ...] = ()
   process_credit: str = "sequence"
+  width_multiple: int = 16
 
   def __post_init__(self):
     alg = registry.get(self.algorithm)
@@ -157,6 +164,8 @@ class RLConfig:
             "shared_prefix", f"needs whole groups per micro-batch: minibatch_size / grad_accum "
             f"({self.minibatch_size // self.grad_accum}) must be a multiple of num_generations "
             f"({self.num_generations})", self.shared_prefix)
+    check(isinstance(self.width_multiple, int) and self.width_multiple >= 0, "width_multiple",
+          "must be an int >= 0 (0 = the rollout's full width)", self.width_multiple)
     check(self.process_credit in PROCESS_CREDIT, "process_credit",
           f"must be one of {PROCESS_CREDIT}", self.process_credit)
     if self.algo is None:

@@ -42,6 +42,21 @@ def batch_ndims(rl: RLConfig) -> dict[str, int]:
 PREFIX_GRANULE = 16  # shared prefix lengths are multiples of this: few compiled variants
 
 
+def used_width(rl: RLConfig, prompt_lens_B, response_lens_B, full_width: int) -> int:
+  """The update's time width: the longest row's end (prompt + response), rounded
+  up to a multiple of `rl.width_multiple` and at most `full_width`; the full
+  width when `rl.width_multiple` is 0."""
+  if not rl.width_multiple:
+    return full_width
+  end = int(np.max(np.asarray(prompt_lens_B) + np.asarray(response_lens_B), initial=1))
+  return min(full_width, -(-end // rl.width_multiple) * rl.width_multiple)
+
+
+def trim_batch(batch: dict, width: int) -> dict:
+  """The update batch cut to its first `width` positions (every [N, T] leaf)."""
+  return {k: v[:, :width] if np.ndim(v) == 2 else v for k, v in batch.items()}
+
+
 def shared_prefix_len(rl: RLConfig, tokens_NxT) -> int:
   """How many leading positions every group of G consecutive rows shares (host numpy),
   rounded down to a multiple of PREFIX_GRANULE; 0 when `rl.shared_prefix` is off

@@ -42,7 +42,7 @@ from rl_post.rl import critic as critic_lib
 from rl_post.rl import filtering
 from rl_post.rl.components import RLComponents
 from rl_post.rl.config import RLConfig
-from rl_post.rl.train_step import rollout_batch, shared_prefix_len
+from rl_post.rl.train_step import rollout_batch, shared_prefix_len, trim_batch, used_width
 from rl_post.sampling.sampler import generate
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog
@@ -282,7 +282,10 @@ def train(config, workdir: str) -> dict:
     batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, rewards_N,
                           ref_logp_NxT=ref_logp, values_NxT=values, process_NxT=process_NxT)
     batch = injector.poison(it + 1, batch, "adv")
-    prefix_len = shared_prefix_len(rl, host.tokens_BxT)
+    if c.trims_width:  # rows end early: the trailing positions are padding everywhere
+      batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.response_lens_B,
+                                           host.tokens_BxT.shape[1]))
+    prefix_len = shared_prefix_len(rl, batch["tokens"])
     step_fn = c.step_fn_for(prefix_len)
     with timer("train"):
       device = []
@@ -295,6 +298,7 @@ def train(config, workdir: str) -> dict:
     metrics.update(filter_metrics)
     if rl.shared_prefix:  # leading positions the update ran once per group
       metrics["rollout/shared_prefix_len"] = float(prefix_len)
+    metrics["rollout/update_width"] = float(batch["tokens"].shape[1])
     metrics.update(_update_mixture(c, scored))
     metrics.update(timer.metrics())
     timer.reset()
