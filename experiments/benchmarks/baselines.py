@@ -46,14 +46,15 @@ def comparison_table(rows: list[dict], reference: str) -> str:
   (`cpu s/step`, where given, is the process's CPU seconds: on a shared machine
   the wall time also counts other jobs' time slices)."""
   ref = next(r for r in rows if r["system"] == reference)
-  head = (f"{'system':<18}{'first step s':>13}{'s/step':>9}{'cpu s/step':>11}{'x ours':>8}"
+  w = max(18, *(len(r["system"]) + 1 for r in rows))
+  head = (f"{'system':<{w}}{'first step s':>13}{'s/step':>9}{'cpu s/step':>11}{'x ours':>8}"
           f"{'rollout tok/s':>15}{'held-out pass':>15}{'reward (last)':>15}")
   lines = [head, "-" * len(head)]
   for r in rows:
     passed = (f"{100 * r['heldout_pass_rate']:>14.1f}%" if "heldout_pass_rate" in r
               else f"{'-':>15}")
     cpu = f"{r['cpu_s_per_step']:>11.3f}" if "cpu_s_per_step" in r else f"{'-':>11}"
-    lines.append(f"{r['system']:<18}{r['first_step_s']:>13.2f}{r['s_per_step']:>9.3f}{cpu}"
+    lines.append(f"{r['system']:<{w}}{r['first_step_s']:>13.2f}{r['s_per_step']:>9.3f}{cpu}"
                  f"{r['s_per_step'] / ref['s_per_step']:>8.2f}{r['rollout_tokens_per_s']:>15.0f}"
                  f"{passed}{r['reward_mean'][-1]:>15.3f}")
   return "\n".join(lines)

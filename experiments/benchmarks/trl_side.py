@@ -138,7 +138,7 @@ def grpo_args(spec: dict, output_dir: str) -> trl.GRPOConfig:
       beta=h["beta"], epsilon=h["clip_low"], epsilon_high=h["clip_high"],
       loss_type=h["loss_type"], scale_rewards="group", num_iterations=1,
       max_steps=h["num_steps"], shuffle_dataset=False, gradient_checkpointing=False,
-      bf16=False, fp16=False, use_cpu=True, logging_steps=1, report_to="none",
+      bf16=bool(h.get("bf16", False)), fp16=False, use_cpu=True, logging_steps=1, report_to="none",
       save_strategy="no", seed=spec["seed"], disable_tqdm=True, dataloader_num_workers=0,
       remove_unused_columns=False)
 

@@ -72,6 +72,8 @@ def bench_config(args, workdir: str):
               max_new_tokens=args.response, eval_every=0, checkpoint_every=args.steps)
   c.rl.grpo.kl_coef = args.beta
   c.rewards.num_workers = 0  # verify in-process, as the TRL side does
+  if args.precision == "bf16":  # bf16 compute over f32 weights; TRL: bf16=True (autocast)
+    c.rl.compute_dtype = "bfloat16"
   c.tasks.heldout_size = args.heldout
   return c
 
@@ -124,7 +126,8 @@ def trl_spec(c, export: str, tokenizer, workdir: str) -> dict:
                    weight_decay=opt.weight_decay, max_grad_norm=opt.grad_clip_norm,
                    adam_b1=opt.b1, adam_b2=opt.b2, adam_eps=opt.eps, beta=rl.algo.kl_coef,
                    clip_low=rl.algo.clip_low, clip_high=rl.algo.clip_high,
-                   loss_type=LOSS_TYPES[rl.algo.aggregation]))
+                   loss_type=LOSS_TYPES[rl.algo.aggregation],
+                   bf16=rl.compute_dtype == "bfloat16"))
 
 
 def cpu_marks_of_writes(marks: list):
@@ -163,11 +166,18 @@ def run_ours(c, export: str, workdir: str) -> dict:
               reward_mean=[r["reward/mean"] for r in rows], versions={"jax": jax.__version__})
 
 
-def run_trl(python: str, spec_path: str, workdir: str, core: int) -> dict:
+# glibc's environment form of rl_post.training.host_memory's mallopt settings
+RETAIN_TUNABLES = ("glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
+                   "glibc.malloc.trim_threshold=1073741824")
+
+
+def run_trl(python: str, spec_path: str, workdir: str, core: int, malloc: str = "system") -> dict:
   out = os.path.join(workdir, "trl_out.json")
+  env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+  if malloc == "retain":
+    env["GLIBC_TUNABLES"] = RETAIN_TUNABLES
   proc = subprocess.run(["taskset", "-c", str(core), python, os.path.join(HERE, "trl_side.py"),
-                         f"--spec={spec_path}", f"--out={out}"], check=False,
-                        env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"))
+                         f"--spec={spec_path}", f"--out={out}"], check=False, env=env)
   if proc.returncode:
     raise RuntimeError(f"the TRL side failed (exit {proc.returncode}); its output is above")
   with open(out) as f:
@@ -180,7 +190,8 @@ def run_trl(python: str, spec_path: str, workdir: str, core: int) -> dict:
               cpu_s_per_step=statistics.median(r["step_cpu_s"][1:] or r["step_cpu_s"]),
               heldout_pass_rate=r["eval"]["pass_rate"], heldout_tasks=r["eval"]["num_tasks"],
               reward_mean=r["reward_mean"], step_cpu_s=r["step_cpu_s"], versions=r["versions"],
-              torch_threads=r["torch_threads"], prompt_ids_equal=r["prompt_ids_equal"],
+              torch_threads=r["torch_threads"], malloc=malloc,
+              prompt_ids_equal=r["prompt_ids_equal"],
               logit_max_diff=r["logit_max_diff"])
 
 
@@ -192,10 +203,16 @@ def main(argv=None):
   parser.add_argument("--group", type=int, default=4, help="G, generations per prompt")
   parser.add_argument("--response", type=int, default=32, help="max new tokens")
   parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (both sides)")
+  parser.add_argument("--precision", default="f32", choices=("f32", "bf16"),
+                      help="bf16: mixed precision on both sides (ours rl.compute_dtype=bfloat16, "
+                      "TRL bf16=True), f32 weights and optimizer state")
   parser.add_argument("--heldout", type=int, default=256)
   parser.add_argument("--sft_steps", type=int, default=120, help="0: start from a fresh init")
   parser.add_argument("--baselines", default="trl", choices=("trl", "none"))
   parser.add_argument("--trl_python", default=env_python("trl"))
+  parser.add_argument("--trl_malloc", default="system", choices=("system", "retain", "both"),
+                      help="TRL's glibc malloc: as installed, with our host memory settings "
+                      "(GLIBC_TUNABLES), or one run of each")
   parser.add_argument("--core", type=int, default=None, help="CPU to pin to (default: last)")
   parser.add_argument("--workdir", default="/tmp/rl_post/vs_trl", help="must be new or empty")
   parser.add_argument("--out", default=RESULTS)
@@ -217,7 +234,10 @@ def main(argv=None):
     json.dump(spec, f)
   rows = [run_ours(c, export, workdir)]
   if python:
-    rows.append(run_trl(python, spec_path, workdir, core))
+    for malloc_mode in (("system", "retain") if args.trl_malloc == "both" else (args.trl_malloc,)):
+      rows.append(run_trl(python, spec_path, workdir, core, malloc_mode))
+      if malloc_mode == "retain":
+        rows[-1]["system"] += " (retain malloc)"
   print(f"\ncore {core}; load avg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
         f"{spec['hparams']}")
   print(comparison_table(rows, "rl_post (JAX)"))
