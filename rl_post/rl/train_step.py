@@ -42,13 +42,18 @@ def batch_ndims(rl: RLConfig) -> dict[str, int]:
 PREFIX_GRANULE = 16  # shared prefix lengths are multiples of this: few compiled variants
 
 
-def used_width(rl: RLConfig, prompt_lens_B, response_lens_B, full_width: int) -> int:
-  """The update's time width: the longest row's end (prompt + response), rounded
-  up to a multiple of `rl.width_multiple` and at most `full_width`; the full
-  width when `rl.width_multiple` is 0."""
+def used_width(rl: RLConfig, prompt_lens_B, mask_BxT) -> int:
+  """The update's time width: where the last row ends (its prompt, or its last
+  response token, appended ones included), rounded up to a multiple of
+  `rl.width_multiple` and at most the rollout's width; the rollout's width
+  when `rl.width_multiple` is 0."""
+  mask_BxT = np.asarray(mask_BxT)
+  full_width = mask_BxT.shape[1]
   if not rl.width_multiple:
     return full_width
-  end = int(np.max(np.asarray(prompt_lens_B) + np.asarray(response_lens_B), initial=1))
+  has_response_B = mask_BxT.any(axis=1)
+  last_end_B = np.where(has_response_B, full_width - np.argmax(mask_BxT[:, ::-1] != 0, axis=1), 0)
+  end = max(int(np.max(prompt_lens_B, initial=1)), int(np.max(last_end_B, initial=1)))
   return min(full_width, -(-end // rl.width_multiple) * rl.width_multiple)
 
 

@@ -283,8 +283,7 @@ def train(config, workdir: str) -> dict:
                           ref_logp_NxT=ref_logp, values_NxT=values, process_NxT=process_NxT)
     batch = injector.poison(it + 1, batch, "adv")
     if c.trims_width:  # rows end early: the trailing positions are padding everywhere
-      batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.response_lens_B,
-                                           host.tokens_BxT.shape[1]))
+      batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.mask_BxT))
     prefix_len = shared_prefix_len(rl, batch["tokens"])
     step_fn = c.step_fn_for(prefix_len)
     with timer("train"):
