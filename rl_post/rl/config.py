@@ -80,8 +80,8 @@ class RLConfig:
       with per-token returns (REINFORCE++, PPO) credit each step only for
       what follows it. Sequence estimators (GRPO, RLOO) sum the tokens back
       and see the same rewards either way. Not with episodes.
-    width_multiple: the update runs the rollout cut after its longest row
-      (prompt + response), rounded up to a multiple of this, instead of
+    width_multiple: the update runs the rollout cut where its last row ends
+      (last response token or prompt), rounded up to a multiple of this, instead of
       the full prompt bucket + max_new_tokens: the positions cut are
       padding in every row, so the numbers are those of the full width up
       to float rounding, and each width compiles once. 0 = always the full
