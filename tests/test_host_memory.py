@@ -75,6 +75,11 @@ def test_policy_from_env(value, expected):
   assert host_memory.policy_from_env({host_memory.ENV: value}) == expected
 
 
+def test_glibc_tunables_name_the_same_settings():
+  assert host_memory.glibc_tunables() == ("glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
+                                          "glibc.malloc.trim_threshold=1073741824")
+
+
 def test_unknown_policy_is_a_clear_error():
   with pytest.raises(ValueError, match=r"RL_POST_HOST_MALLOC='sometimes': must be one of"):
     host_memory.policy_from_env({host_memory.ENV: "sometimes"})

@@ -166,16 +166,11 @@ def run_ours(c, export: str, workdir: str) -> dict:
               reward_mean=[r["reward/mean"] for r in rows], versions={"jax": jax.__version__})
 
 
-# glibc's environment form of rl_post.training.host_memory's mallopt settings
-RETAIN_TUNABLES = ("glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
-                   "glibc.malloc.trim_threshold=1073741824")
-
-
 def run_trl(python: str, spec_path: str, workdir: str, core: int, malloc: str = "system") -> dict:
   out = os.path.join(workdir, "trl_out.json")
   env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
   if malloc == "retain":
-    env["GLIBC_TUNABLES"] = RETAIN_TUNABLES
+    env["GLIBC_TUNABLES"] = host_memory.glibc_tunables()
   proc = subprocess.run(["taskset", "-c", str(core), python, os.path.join(HERE, "trl_side.py"),
                          f"--spec={spec_path}", f"--out={out}"], check=False, env=env)
   if proc.returncode:

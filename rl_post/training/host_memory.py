@@ -1,12 +1,12 @@
 """Host memory policy for XLA:CPU: keep freed memory instead of re-faulting it.
 
 XLA:CPU gives every call of a compiled program one temp buffer for all its
-intermediates (`compiled.memory_analysis().temp_size_in_bytes`: ~99 MB for
+intermediates (`compiled.memory_analysis().temp_size_in_bytes`: 71 MB for
 the update of `vs_trl.py`'s 4-layer d=128 model). glibc serves an
 allocation above its mmap threshold (at most 32 MiB) with a fresh `mmap`
 and returns it with `munmap` on free, so every call touches a new zeroed
-mapping: one page fault per 4 KiB page, 24k faults per update there, about
-a quarter of its time (`experiments/benchmarks/host_malloc.py`). PyTorch on
+mapping: one page fault per 4 KiB page, 18k faults per update there, which
+cost it 1.21x in time (`experiments/benchmarks/host_malloc.py`). PyTorch on
 the same workload allocates tensors below the threshold, which glibc
 reuses from its heap.
 
@@ -43,7 +43,16 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 _ACCELERATOR_MODULES = ("libtpu", "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin",
                         "jax_rocm7_plugin")
 
+_SETTINGS = ((_M_ARENA_MAX, "arena_max", 1), (_M_MMAP_MAX, "mmap_max", 0),
+             (_M_TRIM_THRESHOLD, "trim_threshold", TRIM_THRESHOLD_BYTES))
+
 _applied: dict | None = None
+
+
+def glibc_tunables() -> str:
+  """The same settings as a `GLIBC_TUNABLES` value, for a process started by us
+  that is not ours (e.g. a baseline in a benchmark)."""
+  return ":".join(f"glibc.malloc.{name}={value}" for _, name, value in _SETTINGS)
 
 
 def policy_from_env(environ=None) -> str:
@@ -113,8 +122,7 @@ def retain_freed_memory() -> dict:
     return dict(applied=False, reason="not glibc")
   if _backend_initialized():
     return dict(applied=False, reason="the XLA backend already started; call this first")
-  settings = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
-  refused = [p for p, v in settings if libc.mallopt(ctypes.c_int(p), ctypes.c_int(v)) != 1]
+  refused = [p for p, _, v in _SETTINGS if libc.mallopt(ctypes.c_int(p), ctypes.c_int(v)) != 1]
   if refused:
     return dict(applied=False, reason=f"glibc refused mallopt parameters {refused}")
   _applied = dict(applied=True, reason="glibc: one arena, no mmap, 1 GiB trim threshold")
