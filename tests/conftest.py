@@ -1,16 +1,53 @@
-"""Shared fixtures: a small trained tokenizer and tiny model configs."""
+"""Shared fixtures: a small trained tokenizer and tiny model configs; one XLA
+compilation cache for the whole run."""
 
 import os
+import shutil
 import sys
+import tempfile
+import uuid
 
-import jax
-import pytest
+
+def _run_compilation_cache() -> str | None:
+  """A persistent XLA compilation cache shared by this run's test processes.
+
+  The suite compiles the same programs many times over: the tiny demo, the
+  README's commands and the trainer tests each start fresh processes that
+  build the same models. With one on-disk cache each program compiles once
+  per run; a hit loads the executable XLA would have compiled, so no
+  number changes. Set in the environment before JAX is imported, by the
+  process pytest starts (the xdist controller), so both workers and every
+  process they start inherit the same directory. A cache dir the caller
+  set is used as is; the one made here is removed when the run ends
+  (`pytest_sessionfinish`). Returns it.
+  """
+  if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return None
+  path = os.path.join(tempfile.gettempdir(),
+                      f"rl_post_test_xla_cache_{os.getpid()}_{uuid.uuid4().hex[:8]}")
+  os.environ.update(JAX_COMPILATION_CACHE_DIR=path,
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  return path
+
+
+_OWN_CACHE = _run_compilation_cache()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # configs/ imports `configs.base`
   sys.path.insert(0, ROOT)
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def pytest_sessionfinish(session):
+  """The process that made the run's compilation cache removes it (workers inherit
+  the directory, so `_OWN_CACHE` is None there)."""
+  if _OWN_CACHE:
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
