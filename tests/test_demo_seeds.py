@@ -92,16 +92,14 @@ def _training_numbers(run_dir):
   return out
 
 
-def _run_script(workdir, seeds, cache_dir, jobs=1):
+def _run_script(workdir, seeds, jobs=1):
   """experiments/demo_seeds.py on the tiny demo (2 RL steps) in a fresh process.
 
-  The runs share a persistent XLA compilation cache: the same programs
-  compile once, not once per seed.
+  The runs use the suite's persistent XLA compilation cache (tests/conftest.py):
+  the same programs compile once, not once per seed.
   """
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
-             JAX_COMPILATION_CACHE_DIR=str(cache_dir),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  assert os.environ.get("JAX_COMPILATION_CACHE_DIR"), "tests/conftest.py sets it"
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
       [sys.executable, "experiments/demo_seeds.py", "--config=configs/demo.py:tiny",
@@ -114,8 +112,8 @@ def _run_script(workdir, seeds, cache_dir, jobs=1):
 
 def test_tiny_demo_over_seeds_is_reproducible(tmp_path):
   # Seeds 0 and 1 side by side in two processes, then seed 0 alone in this one's child.
-  first = _run_script(tmp_path / "a", "0,1", tmp_path / "xla_cache", jobs=2)
-  again = _run_script(tmp_path / "b", "0", tmp_path / "xla_cache")
+  first = _run_script(tmp_path / "a", "0,1", jobs=2)
+  again = _run_script(tmp_path / "b", "0")
 
   assert [r["seed"] for r in first["rows"]] == [0, 1]
   assert first["aggregate"]["after"]["n"] == 2 and first["machine"]["cpu_count"] >= 1

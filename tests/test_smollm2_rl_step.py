@@ -25,12 +25,16 @@ PEAK_RSS_LIMIT_BYTES = 6 * 2**30
 
 def test_one_step_of_the_smollm2_config_fits_in_6_gb(tmp_path):
   workdir = tmp_path / "smol"
+  # as a user runs it: without the suite's compilation cache (tests/conftest.py), whose
+  # serialized executables would count in the peak RSS; no other test builds this model
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)
   proc = subprocess.Popen(
       [sys.executable, "experiments/train_rl.py", "--config=configs/smollm2_135m_grpo.py",
        f"--workdir={workdir}", "--config.rl.num_steps=1", "--config.tasks.heldout_size=0",
        "--config.rl.grpo.entropy_coef=0.001"],
       cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-      env=dict(os.environ, PYTHONPATH=ROOT))
+      env=env)
   stderr = proc.stderr.read()
   _, status, usage = os.wait4(proc.pid, 0)
   proc.returncode = os.waitstatus_to_exitcode(status)
