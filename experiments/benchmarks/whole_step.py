@@ -80,7 +80,8 @@ def run(spec: dict) -> dict:
     tokens.append(int(host.response_lens_B.sum()))
     reward_N = even_fraction_N(host.tokens_BxT[:, plen:], host.loss_mask_BxT[:, plen:])
     step_fn, ref_fn = fns_for(shared_prefix_len(rl, host.tokens_BxT))
-    ref = np.asarray(ref_fn(ref_params, rollout.tokens_BxT)) if ref_params is not None else None
+    ref = (np.asarray(ref_fn(ref_params, rollout.tokens_BxT, rollout.loss_mask_BxT))
+           if ref_params is not None else None)
     batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, reward_N,
                           ref_logp_NxT=ref)
     state, metrics = step_fn(state, batch)

@@ -246,7 +246,8 @@ class EpisodeRounds:
                              [env.call_successes for env in envs],
                              self.config.call_success_weight)
       tokens = c.shard(np.asarray(result.rollout.tokens_BxT))
-      ref_logp = None if ref_params is None else c.ref_fn(ref_params, tokens)
+      ref_logp = None if ref_params is None else c.ref_fn(
+          ref_params, tokens, c.shard(np.asarray(result.rollout.loss_mask_BxT)))
     return dict(tasks_N=tasks_N, host=result.rollout, pending=_done(rewards), ref_logp=ref_logp,
                 tokens=tokens)
 

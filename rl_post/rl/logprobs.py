@@ -193,9 +193,11 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
 
 def sequence_logprobs(model_config, params, tokens_BxT, temperature: float = 1.0,
                       context_mesh=None, *, chunk: int = 32, remat: str = "none",
-                      shared_prefix: tuple[int, int] | None = None):
-  """Pure: (logp_BxT, entropy_BxT) of `tokens_BxT` under `params`, chunked."""
+                      shared_prefix: tuple[int, int] | None = None, mask_BxT=None):
+  """Pure: (logp_BxT, entropy_BxT) of `tokens_BxT` under `params`, chunked
+  (`mask_BxT`: chunks without a masked-in position skipped, as in
+  `chunked_token_logprobs`)."""
   h_BxTxE = hidden_states(model_config, params, tokens_BxT, remat=remat,
                           context_mesh=context_mesh, shared_prefix=shared_prefix)
   return chunked_token_logprobs(h_BxTxE, output_matrix_ExV(model_config, params), tokens_BxT,
-                                temperature, chunk)
+                                temperature, chunk, mask_BxT)

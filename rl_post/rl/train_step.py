@@ -178,15 +178,20 @@ def make_rl_train_step(model_config, rl: RLConfig, optimizer, critic_optimizer=N
 
 
 def make_ref_logprobs(model_config, rl: RLConfig, context_mesh=None, prefix_len: int = 0):
-  """Pure `(ref_params, tokens_NxT) -> ref_logp_NxT`, chunked like the update (no gradients);
-  `prefix_len` as in `make_rl_loss`."""
+  """Pure `(ref_params, tokens_NxT, mask_NxT=None) -> ref_logp_NxT`, chunked like the
+  update (no gradients); `prefix_len` as in `make_rl_loss`.
+
+  With the loss mask, a chunk of positions that no row trains on (prompts)
+  gets no logits and its entries are 0, as in the update: the KL reads the
+  reference only where the mask is 1.
+  """
   shared = (prefix_len, rl.num_generations) if prefix_len else None
 
-  def ref_logprobs(ref_params, tokens_NxT):
+  def ref_logprobs(ref_params, tokens_NxT, mask_NxT=None):
     params = jax.tree.map(lambda x: x.astype(jnp.float32), ref_params)
     logp_NxT, _ = sequence_logprobs(model_config, params, tokens_NxT, rl.temperature,
                                     context_mesh, chunk=rl.logprob_chunk,
-                                    shared_prefix=shared)
+                                    shared_prefix=shared, mask_BxT=mask_NxT)
     return jax.lax.stop_gradient(logp_NxT)
 
   return ref_logprobs

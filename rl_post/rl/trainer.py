@@ -140,7 +140,8 @@ def _launch_round(c: RLComponents, params, ref_params, pool, timer, it: int, rnd
   with timer("reward"):
     pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
     ref_fn = c.ref_fn_for(shared_prefix_len(rl, host.tokens_BxT))
-    ref_logp = None if ref_params is None else ref_fn(ref_params, rollout.tokens_BxT)
+    ref_logp = None if ref_params is None else ref_fn(ref_params, rollout.tokens_BxT,
+                                                       rollout.loss_mask_BxT)
   return dict(tasks_N=tasks_N, host=host, pending=pending, ref_logp=ref_logp,
               tokens=rollout.tokens_BxT)
 

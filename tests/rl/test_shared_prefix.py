@@ -111,6 +111,23 @@ def test_update_and_reference_equal_the_per_row_ones(grad_accum):
     np.testing.assert_allclose(b, a, atol=1e-5)
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_reference_with_the_loss_mask_skips_prompt_chunks_only(shared):
+  """The trainer passes the loss mask: trained entries are unchanged, prompt-only
+  chunks (every row's mask 0) are not computed and read 0."""
+  config, tokens = _model(), _grouped_tokens()
+  params = models.init_params(config, jax.random.key(0))
+  rl = _rl(shared_prefix=shared)
+  mask = np.asarray(_batch(rl, tokens)["mask"])
+  ref = jax.jit(make_ref_logprobs(config, rl, prefix_len=shared_prefix_len(rl, tokens)))
+  full, masked = np.asarray(ref(params, tokens)), np.asarray(ref(params, tokens, mask))
+  trained = mask > 0
+  np.testing.assert_allclose(masked[trained], full[trained], rtol=1e-6, atol=1e-6)
+  # chunks of 4 end at T - 1 = 22: positions 1..14 are whole prompt chunks, 15..18 is live
+  assert np.abs(masked[:, 1:15]).max() == 0.0 and np.abs(full[:, 1:15]).min() > 0
+  np.testing.assert_allclose(masked[:, 15:], full[:, 15:], rtol=1e-6, atol=1e-6)
+
+
 def test_shared_length_is_the_shortest_common_group_prefix_in_granules():
   rl = _rl(shared_prefix=True)
   tokens = np.concatenate([_grouped_tokens(), _grouped_tokens(1)[:, :17]], axis=1)  # T = 40
