@@ -11,7 +11,12 @@ settings are called in turns (`--rounds` times each, so drift of the
 machine hits all of them alike) and the median seconds are reported.
 Settings: compute dtype float32 | bfloat16 (over f32 weights) and
 unroll_layers 1 (a loop over layers) | the model's layers (straight-line
-code). Writes a table and experiments/benchmarks/results/update_settings.json.
+code). The reference is timed twice per round: given the loss mask, as the
+trainer calls it (prompt-only log-prob chunks skipped), and without it
+(every position); it does not read unroll_layers (its layers stay a loop),
+so its two unroll rows time the same program. The host memory policy is
+applied, as in every entry point. Writes a table and
+experiments/benchmarks/results/update_settings.json.
 """
 
 import argparse
@@ -34,7 +39,7 @@ from rl_post.rl import config as rl_config  # noqa: E402
 from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, rollout_batch,  # noqa: E402
                                    shared_prefix_len)
 from rl_post.sampling.sampler import SamplingConfig, generate  # noqa: E402
-from rl_post.training import precision  # noqa: E402
+from rl_post.training import host_memory, precision  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 
@@ -47,7 +52,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
 
 
 def compiled_settings(name: str):
-  """{(dtype, unroll): (update, reference, state, batch, ref_params, tokens)} for a workload."""
+  """{(dtype, unroll): (update, reference, state, batch, ref_params, tokens, mask)}."""
   arch, work = ARCH[name], WORK[name]
   p, g = work["prompts"], work["group"]
   plen, resp = (8, 8) if name == "smoke" else (32, 64)
@@ -71,41 +76,47 @@ def compiled_settings(name: str):
       config = precision.compute_config(weights_config, rl.compute_dtype)
       prefix = shared_prefix_len(rl, host.tokens_BxT)
       reference = jax.jit(make_ref_logprobs(config, rl, prefix_len=prefix))
-      ref = np.asarray(reference(params, rollout.tokens_BxT))
+      ref = np.asarray(reference(params, rollout.tokens_BxT, rollout.loss_mask_BxT))
       batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, reward,
                             ref_logp_NxT=ref)
       state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
                          rng=jax.random.key(2))
       update = jax.jit(make_rl_train_step(config, rl, optimizer, prefix_len=prefix))
       jax.block_until_ready(update(state, batch))
-      out[(dtype, unroll)] = (update, reference, state, batch, params, rollout.tokens_BxT)
+      jax.block_until_ready(reference(params, rollout.tokens_BxT))  # compiles the unmasked call
+      out[(dtype, unroll)] = (update, reference, state, batch, params, rollout.tokens_BxT,
+                              rollout.loss_mask_BxT)
   return out
 
 
 def measure(settings: dict, rounds: int) -> list[dict]:
-  times = {key: {"update": [], "reference": []} for key in settings}
+  times = {key: {"update": [], "reference": [], "reference_all": []} for key in settings}
   for _ in range(rounds):
-    for key, (update, reference, state, batch, params, tokens) in settings.items():
-      start = time.perf_counter()
-      jax.block_until_ready(update(state, batch))
-      mid = time.perf_counter()
-      jax.block_until_ready(reference(params, tokens))
-      times[key]["update"].append(mid - start)
-      times[key]["reference"].append(time.perf_counter() - mid)
+    for key, (update, reference, state, batch, params, tokens, mask) in settings.items():
+      calls = {"update": lambda: update(state, batch),
+               "reference": lambda: reference(params, tokens, mask),
+               "reference_all": lambda: reference(params, tokens)}
+      for name, call in calls.items():
+        start = time.perf_counter()
+        jax.block_until_ready(call())
+        times[key][name].append(time.perf_counter() - start)
   base = statistics.median(times[("float32", 1)]["update"])
   return [dict(compute_dtype=dtype, unroll_layers=unroll,
                update_s=statistics.median(t["update"]),
                reference_s=statistics.median(t["reference"]),
+               reference_every_position_s=statistics.median(t["reference_all"]),
                update_vs_f32_loop=statistics.median(t["update"]) / base)
           for (dtype, unroll), t in times.items()]
 
 
 def table(rows: list[dict]) -> str:
-  head = f"{'compute':<10}{'unroll':>7}{'update s':>10}{'reference s':>13}{'update / f32 loop':>19}"
+  head = (f"{'compute':<10}{'unroll':>7}{'update s':>10}{'reference s':>13}"
+          f"{'ref. all positions s':>22}{'update / f32 loop':>19}")
   lines = [head, "-" * len(head)]
   for r in rows:
     lines.append(f"{r['compute_dtype']:<10}{r['unroll_layers']:>7}{r['update_s']:>10.4f}"
-                 f"{r['reference_s']:>13.4f}{r['update_vs_f32_loop']:>19.3f}")
+                 f"{r['reference_s']:>13.4f}{r['reference_every_position_s']:>22.4f}"
+                 f"{r['update_vs_f32_loop']:>19.3f}")
   return "\n".join(lines)
 
 
@@ -115,13 +126,15 @@ def main(argv=None):
   parser.add_argument("--rounds", type=int, default=15)
   parser.add_argument("--out", default=RESULTS)
   args = parser.parse_args(argv)
+  malloc = host_memory.apply_policy()
   rows = measure(compiled_settings("smoke" if args.smoke else "b"), args.rounds)
   print(f"update and reference forward, median of {args.rounds} calls in turns "
         f"(load avg {os.getloadavg()[0]:.1f})")
   print(table(rows))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w") as f:
-    json.dump({"jax": jax.__version__, "rounds": args.rounds, "rows": rows}, f, indent=1)
+    json.dump({"jax": jax.__version__, "rounds": args.rounds, "host_malloc": malloc,
+               "rows": rows}, f, indent=1)
   return rows
 
 

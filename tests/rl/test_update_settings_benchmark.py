@@ -17,6 +17,8 @@ def test_smoke_times_each_dtype_and_unroll(tmp_path, capsys):
   # the smoke model has one layer: unrolled and looped are the same setting
   assert [(r["compute_dtype"], r["unroll_layers"]) for r in rows] == [("float32", 1),
                                                                        ("bfloat16", 1)]
-  assert all(r["update_s"] > 0 and r["reference_s"] > 0 for r in rows)
+  assert all(r["update_s"] > 0 and r["reference_s"] > 0 and r["reference_every_position_s"] > 0
+             for r in rows)
+  assert json.load(open(out))["host_malloc"]["policy"] in ("auto", "retain", "system")
   assert rows[0]["update_vs_f32_loop"] == 1.0
-  assert "update / f32 loop" in capsys.readouterr().out
+  assert "ref. all positions s" in capsys.readouterr().out
