@@ -21,6 +21,7 @@ from absl import logging
 
 from rl_post import pipeline
 from rl_post.errors import ConfigError
+from rl_post.eval import seed_plots
 from rl_post.eval import seeds as seeds_lib
 
 
@@ -72,7 +73,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
 
   Returns:
     {"rows": [...], "aggregate": {...}, "machine": {...}, "command": ...,
-     "paths": {"json": ..., "md": ...}}.
+     "paths": {"json": ..., "md": ...}}; with the demo's control arm also
+    "arms" and "curves" in paths, its PNGs over seeds (`eval.seed_plots`).
   """
   seeds = check_seeds(seeds)
   if jobs < 1:
@@ -111,5 +113,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
   with open(paths["md"], "w", encoding="utf-8") as f:
     f.write(seeds_lib.render_markdown(f"rl_post demo over seeds {seeds}", rows,
                                       out["aggregate"], command, out["machine"]))
+  if "macro_after" in out["aggregate"]:  # the demo's control arm: its plots over seeds
+    paths.update(seed_plots.write(out, os.path.join(workdir, "seed_{seed}", "rl"), workdir))
   out["paths"] = paths
   return out

@@ -132,3 +132,5 @@ def test_tiny_demo_over_seeds_is_reproducible(tmp_path):
   assert _training_numbers(tmp_path / "a" / "seed_1") != seed0
   for name in ("summary.json", "pass_rate.png", "curves.png", "difficulty.png"):
     assert (tmp_path / "b" / "seed_0" / "report" / name).stat().st_size > 0, name
+  for name in ("seeds_arms.png", "seeds_curves.png"):  # the plots over seeds
+    assert (tmp_path / "a" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name

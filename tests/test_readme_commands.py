@@ -69,6 +69,9 @@ _SLURM = ("launch/slurm_gpu.sbatch --nodes=2 --gpus_per_node=8 --dry_run "
 _EPISODES = ("python experiments/train_rl.py --config=configs/grpo_episodes.py:tiny "
              "--workdir=/tmp/rl_post/episodes_tiny")
 _DEMO_SEEDS = "python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds"
+_PLOT_SEEDS = ("python experiments/plot_seeds.py "
+               "--seeds_json=experiments/results/demo_short_first/seeds.json "
+               "--metrics_dir=experiments/results/demo_short_first/seed_{seed}_rl")
 
 COMMANDS = {
     "bash launch/demo.sh": Entry(
@@ -78,7 +81,14 @@ COMMANDS = {
     _DEMO_SEEDS: Entry(
         argv=("{py}", "experiments/demo_seeds.py", "--config=configs/demo.py:tiny", "--seeds=0",
               "--workdir={work}/seeds", "--config.rl.num_steps=2"),
-        outputs=("seeds/seeds.json", "seeds/seeds.md", "seeds/seed_0/report/pass_rate.png")),
+        outputs=("seeds/seeds.json", "seeds/seeds.md", "seeds/seed_0/report/pass_rate.png",
+                 "seeds/seeds_arms.png", "seeds/seeds_curves.png")),
+    _PLOT_SEEDS: Entry(  # the recorded run's files, drawn into the test's folder
+        argv=("{py}", "experiments/plot_seeds.py",
+              "--seeds_json=experiments/results/demo_short_first/seeds.json",
+              "--metrics_dir=experiments/results/demo_short_first/seed_{{seed}}_rl",
+              "--out_dir={work}/plots"),
+        outputs=("plots/seeds_arms.png", "plots/seeds_curves.png")),
     "bash launch/test.sh": Entry(
         not_run="runs this test suite (CI runs it) and pip-installs into ./.venv"),
     _BUILD_TOKENIZER: Entry(
