@@ -41,6 +41,10 @@ def test_vs_trl_ours_side_smoke(tmp_path):
   assert result["hparams"]["loss_type"] == "dapo"  # grpo_arithmetic's token_mean
   assert result["hparams"]["num_steps"] == 2 and result["trl_over_ours"] is None
   assert "rollout tok/s" in proc.stdout and "rl_post (JAX)" in proc.stdout
+  assert ours["total_s"] >= ours["first_step_s"] + ours["s_per_step"] * 0.5
+  assert "all steps, compiles included: rl_post (JAX)" in proc.stdout
+  assert isinstance(ours["compile_steps"], list)
+  assert 0.0 <= ours["informative_group_frac"] <= 1.0 and "of groups had rewards" in proc.stdout
   # the TRL side's inputs: HF weights, tasks in step order, held-out set
   spec = json.loads((tmp_path / "w" / "trl_spec.json").read_text())
   assert len(spec["train_tasks"]) == 2 * 2 and len(spec["heldout_tasks"]) == 4
@@ -96,3 +100,17 @@ def test_trl_side_tokenizer_matches_ours(tmp_path):
     assert theirs(text=task.prompt + "\n")["input_ids"] == batching.prompt_ids(ours, task.prompt)
     ids = ours.encode(domain.demonstration(task) + " x\n  é") + [ours.eos_id]
     assert theirs.decode(ids, skip_special_tokens=True) == ours.decode(ids)
+
+
+def test_compile_steps_are_the_first_of_each_new_update_shape():
+  import vs_trl  # noqa: PLC0415 (imports jax)
+  row = lambda step, prefix, width: {"step": step, "time/step_s": 0.1 * step,
+                                     "rollout/shared_prefix_len": prefix,
+                                     "rollout/update_width": width}
+  rows = [row(1, 32.0, 48.0), row(2, 32.0, 48.0), row(3, 16.0, 48.0), row(4, 32.0, 48.0),
+          row(5, 16.0, 48.0), row(6, 16.0, 32.0)]
+  assert [(c["step"], c["shared_prefix_len"], c["update_width"])
+          for c in vs_trl.compile_steps(rows)] == [(3, 16.0, 48.0), (6, 16.0, 32.0)]
+  no_sharing = [{k: v for k, v in r.items() if k != "rollout/shared_prefix_len"} for r in rows]
+  assert [c["step"] for c in vs_trl.compile_steps(no_sharing)] == [6]
+

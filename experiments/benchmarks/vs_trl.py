@@ -14,9 +14,11 @@ same betas/eps, grad clip), beta, clip range, loss aggregation and number of
 steps, and one CPU thread each on the same core: XLA single-threaded here,
 torch.set_num_threads(1) there, both pinned with sched_setaffinity/taskset.
 The TRL side runs as a subprocess in its own environment (never imported by
-rl_post). Reported: seconds per step (the first step, which compiles, apart),
-rollout tokens/s and greedy held-out completion after the last step. Times
-are wall seconds on a shared machine: the load average is recorded.
+rl_post). Reported: seconds per step (the median, so the steps where ours
+compiles -- the first, and the first of each new shared-prefix length -- are
+apart; `total_s` counts every step), rollout tokens/s and greedy held-out
+completion after the last step. Times are wall seconds on a shared machine:
+the load average is recorded.
 """
 
 import argparse
@@ -71,6 +73,10 @@ def bench_config(args, workdir: str):
   c.rl.update(num_steps=args.steps, batch_size=args.prompts, num_generations=args.group,
               max_new_tokens=args.response, eval_every=0, checkpoint_every=args.steps)
   c.rl.grpo.kl_coef = args.beta
+  # The same maths, less work (docs/algorithms.md): each group's prompt through the
+  # update's layers once (the first 8 tokens: these prompts are 9-15 tokens long), and
+  # log-prob chunks of 16 (of 32, a 48-wide update's first chunk is 17 positions of padding).
+  c.rl.update(shared_prefix=True, logprob_chunk=16)
   c.rewards.num_workers = 0  # verify in-process, as the TRL side does
   if args.precision == "bf16":  # bf16 compute over f32 weights; TRL: bf16=True (autocast)
     c.rl.compute_dtype = "bfloat16"
@@ -143,6 +149,20 @@ def cpu_marks_of_writes(marks: list):
   return lambda: setattr(trainer.MetricWriter, "write", original)
 
 
+def compile_steps(rows: list[dict]) -> list[dict]:
+  """The steps after the first whose update compiled: the first with a new (shared
+  prefix, width) pair, each a program of its own. The median s/step leaves them out,
+  as it leaves out step 1; `total_s` counts them."""
+  seen, out = set(), []
+  for i, r in enumerate(rows):
+    key = (r.get("rollout/shared_prefix_len", 0.0), r["rollout/update_width"])
+    if key not in seen and i:
+      out.append(dict(step=r["step"], s=r["time/step_s"], shared_prefix_len=key[0],
+                      update_width=key[1]))
+    seen.add(key)
+  return out
+
+
 def run_ours(c, export: str, workdir: str) -> dict:
   c.rl.init_from = export
   # the update's time in time/train_s, not in the next rollout's (one core: nothing to overlap)
@@ -159,6 +179,10 @@ def run_ours(c, export: str, workdir: str) -> dict:
   step_cpu = [b - a for a, b in zip(marks, marks[1:])]  # the last one includes the eval
   return dict(system="rl_post (JAX)", **step_summary([r["time/step_s"] for r in rows], rollout_s,
                                                      tokens),
+              total_s=sum(r["time/step_s"] for r in rows), compile_steps=compile_steps(rows),
+              # groups whose G rewards differ: the only ones with a gradient (0: nothing learned)
+              informative_group_frac=statistics.fmean(1.0 - r["groups/zero_std_frac"]
+                                                      for r in rows),
               cpu_s_per_step=statistics.median(step_cpu[1:-1] or step_cpu), step_cpu_s=step_cpu,
               time_split_s={k: statistics.median([r[f"time/{k}_s"] for r in rows[1:] or rows])
                             for k in ("rollout", "reward", "train")},
@@ -182,6 +206,7 @@ def run_trl(python: str, spec_path: str, workdir: str, core: int, malloc: str = 
                        f"{r['prompt_ids_equal']}, max logit difference {r['logit_max_diff']}")
   return dict(system=r["system"], **step_summary(r["step_wall_s"], r["rollout_s"],
                                                  r["rollout_tokens"]),
+              total_s=sum(r["step_wall_s"]),
               cpu_s_per_step=statistics.median(r["step_cpu_s"][1:] or r["step_cpu_s"]),
               heldout_pass_rate=r["eval"]["pass_rate"], heldout_tasks=r["eval"]["num_tasks"],
               reward_mean=r["reward_mean"], step_cpu_s=r["step_cpu_s"], versions=r["versions"],
@@ -202,7 +227,11 @@ def main(argv=None):
                       help="bf16: mixed precision on both sides (ours rl.compute_dtype=bfloat16, "
                       "TRL bf16=True), f32 weights and optimizer state")
   parser.add_argument("--heldout", type=int, default=256)
-  parser.add_argument("--sft_steps", type=int, default=120, help="0: start from a fresh init")
+  parser.add_argument("--sft_steps", type=int, default=300,
+                      help="SFT steps of the shared start (300: 43%% held-out completion at 32 "
+                      "tokens and groups that still differ; 600: as many complete, but nearly "
+                      "every group's rewards are equal, so little is learned; 120: 2-4%%); "
+                      "0: a fresh init")
   parser.add_argument("--baselines", default="trl", choices=("trl", "none"))
   parser.add_argument("--trl_python", default=env_python("trl"))
   parser.add_argument("--trl_malloc", default="system", choices=("system", "retain", "both"),
@@ -236,6 +265,13 @@ def main(argv=None):
   print(f"\ncore {core}; load avg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
         f"{spec['hparams']}")
   print(comparison_table(rows, "rl_post (JAX)"))
+  print("all steps, compiles included: " + ", ".join(f"{r['system']} {r['total_s']:.1f} s"
+                                                     for r in rows))
+  print(f"ours: {100 * rows[0]['informative_group_frac']:.0f}% of groups had rewards that "
+        "differ (the others give no gradient)")
+  for step in rows[0]["compile_steps"]:
+    print(f"ours compiled another update at step {step['step']} ({step['s']:.1f} s): shared "
+          f"prefix {step['shared_prefix_len']:.0f}, width {step['update_width']:.0f}")
   result = dict(core=core, load_avg_before=load_before, load_avg_after=os.getloadavg(),
                 smoke=args.smoke, sft_steps=args.sft_steps, host_malloc=malloc,
                 hparams=spec["hparams"],

@@ -39,7 +39,16 @@ def batch_ndims(rl: RLConfig) -> dict[str, int]:
   return keys
 
 
-PREFIX_GRANULE = 16  # shared prefix lengths are multiples of this: few compiled variants
+PREFIX_GRANULE = 16  # shared prefix lengths of 32 and more are multiples of this
+SHORT_PREFIX_GRANULE = 8  # below 32: short prompts keep most of their prefix shared
+
+
+def prefix_rung(length: int) -> int:
+  """The longest shared-prefix length <= `length` that the update compiles for:
+  a multiple of 8 below 32 (8, 16, 24), of 16 from 32 on. A run compiles one
+  update per rung its batches reach (`RLComponents.step_fn_for`)."""
+  granule = SHORT_PREFIX_GRANULE if length < 32 else PREFIX_GRANULE
+  return length // granule * granule
 
 
 def used_width(rl: RLConfig, prompt_lens_B, mask_BxT) -> int:
@@ -64,7 +73,7 @@ def trim_batch(batch: dict, width: int) -> dict:
 
 def shared_prefix_len(rl: RLConfig, tokens_NxT) -> int:
   """How many leading positions every group of G consecutive rows shares (host numpy),
-  rounded down to a multiple of PREFIX_GRANULE; 0 when `rl.shared_prefix` is off
+  rounded down to a rung of `prefix_rung`; 0 when `rl.shared_prefix` is off
   or there is nothing to share (then the update runs every row whole).
 
   Rollouts put each response right after its prompt, so a group shares at
@@ -79,7 +88,7 @@ def shared_prefix_len(rl: RLConfig, tokens_NxT) -> int:
   same_PxT = (grouped_PxGxT == grouped_PxGxT[:, :1]).all(axis=1)
   common_P = np.where(same_PxT.all(axis=1), t, np.argmin(same_PxT, axis=1))
   shared = min(int(common_P.min()), t - 1)  # at least one position per row stays its own
-  return shared // PREFIX_GRANULE * PREFIX_GRANULE
+  return prefix_rung(shared)
 
 
 def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int = 0):

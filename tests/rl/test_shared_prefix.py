@@ -11,8 +11,8 @@ from rl_post.metrics.writers import read_metrics
 from rl_post.rl import config as rl_config
 from rl_post.rl import trainer
 from rl_post.rl.logprobs import hidden_states
-from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, rollout_batch,
-                                   shared_prefix_len)
+from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, prefix_rung,
+                                   rollout_batch, shared_prefix_len)
 from rl_post.training.state import TrainState
 from tiny_grpo import tiny_digit_config
 
@@ -31,13 +31,14 @@ def _grouped_tokens(seed=0):
   return np.concatenate([prompts, rng.integers(4, 64, (P * G, S))], 1).astype(np.int32)
 
 
-@pytest.mark.parametrize("remat", ["none", "full"])
-def test_hidden_states_and_their_gradient_equal_the_per_row_forward(remat):
+@pytest.mark.parametrize("remat,prefix_len", [("none", L), ("full", L), ("none", 8)])
+def test_hidden_states_and_their_gradient_equal_the_per_row_forward(remat, prefix_len):
+  # prefix_len 8: a shorter rung than the prompt (the rest of it runs per row)
   config = _model(qkv_bias=True)
   params = models.init_params(config, jax.random.key(0))
   tokens = jnp.asarray(_grouped_tokens())
   plain = hidden_states(config, params, tokens, remat=remat)
-  shared = hidden_states(config, params, tokens, remat=remat, shared_prefix=(L, G))
+  shared = hidden_states(config, params, tokens, remat=remat, shared_prefix=(prefix_len, G))
   assert shared.shape == plain.shape == (P * G, L + S, 32)
   np.testing.assert_allclose(shared, plain, atol=2e-5)
   direction = jax.random.normal(jax.random.key(1), plain.shape)
@@ -47,7 +48,7 @@ def test_hidden_states_and_their_gradient_equal_the_per_row_forward(remat):
                       * direction).sum()
     return jax.grad(loss)(params)
 
-  want, got = grads(None), grads((L, G))
+  want, got = grads(None), grads((prefix_len, G))
   for (path, w), g in zip(jax.tree_util.tree_leaves_with_path(want), jax.tree.leaves(got)):
     scale = float(jnp.abs(w).max())
     assert scale > 0, jax.tree_util.keystr(path)
@@ -136,12 +137,19 @@ def test_shared_length_is_the_shortest_common_group_prefix_in_granules():
   assert shared_prefix_len(rl, tokens) == 16
   tokens[:, :34] = 7  # every group shares 34 positions: 32, a multiple of 16
   assert shared_prefix_len(rl, tokens) == 32
-  tokens[G + 1, 15] += 1  # one row of group 1 differs inside the prompt: nothing is shared
+  tokens[G + 1, 15] += 1  # one row of group 1 differs at 15: 8, a multiple of 8 below 32
+  assert shared_prefix_len(rl, tokens) == 8
+  tokens[G + 1, 7] += 1  # and at 7 < 8: nothing is shared
   assert shared_prefix_len(rl, tokens) == 0
   assert shared_prefix_len(_rl(), _grouped_tokens()) == 0  # off
   assert shared_prefix_len(rl, _grouped_tokens()[:6]) == 0  # not whole groups
   same = np.full((P * G, 20), 5)
   assert shared_prefix_len(rl, same) == 16  # identical rows keep >= 1 own position
+
+
+def test_prefix_rungs_are_multiples_of_8_below_32_and_of_16_above():
+  assert [prefix_rung(n) for n in (0, 7, 8, 15, 23, 24, 31, 32, 47, 48, 100, 250)] == [
+      0, 0, 8, 8, 16, 24, 24, 32, 32, 48, 96, 240]
 
 
 def test_config_needs_groups_and_whole_groups_per_micro_batch():
