@@ -81,6 +81,7 @@ def bench_config(args, workdir: str):
   if args.precision == "bf16":  # bf16 compute over f32 weights; TRL: bf16=True (autocast)
     c.rl.compute_dtype = "bfloat16"
   c.tasks.heldout_size = args.heldout
+  c.seed = args.seed
   return c
 
 
@@ -90,7 +91,7 @@ def initial_export(c, workdir: str, sft_steps: int, smoke: bool):
   export = os.path.join(workdir, "init")
   if sft_steps:
     sft = sft_arithmetic.get_config("tiny" if smoke else "")
-    sft.tokenizer, sft.model = c.tokenizer, c.model
+    sft.tokenizer, sft.model, sft.seed = c.tokenizer, c.model, c.seed
     sft.sft.update(num_steps=sft_steps, checkpoint_every=sft_steps)
     sft.optimizer.update(total_steps=sft_steps, warmup_steps=min(sft.optimizer.warmup_steps,
                                                                   sft_steps // 2))
@@ -227,6 +228,9 @@ def main(argv=None):
                       help="bf16: mixed precision on both sides (ours rl.compute_dtype=bfloat16, "
                       "TRL bf16=True), f32 weights and optimizer state")
   parser.add_argument("--heldout", type=int, default=256)
+  parser.add_argument("--seed", type=int, default=0,
+                      help="the start (SFT), the tasks and both sides' sampling; the held-out set "
+                      "is drawn from it too")
   parser.add_argument("--sft_steps", type=int, default=300,
                       help="SFT steps of the shared start (300: 43%% held-out completion at 32 "
                       "tokens and groups that still differ; 600: as many complete, but nearly "
@@ -273,7 +277,7 @@ def main(argv=None):
     print(f"ours compiled another update at step {step['step']} ({step['s']:.1f} s): shared "
           f"prefix {step['shared_prefix_len']:.0f}, width {step['update_width']:.0f}")
   result = dict(core=core, load_avg_before=load_before, load_avg_after=os.getloadavg(),
-                smoke=args.smoke, sft_steps=args.sft_steps, host_malloc=malloc,
+                smoke=args.smoke, sft_steps=args.sft_steps, seed=args.seed, host_malloc=malloc,
                 hparams=spec["hparams"],
                 model=model_config_from(c, tokenizer).to_dict(), rows=rows,
                 trl_over_ours=(rows[1]["s_per_step"] / rows[0]["s_per_step"]
