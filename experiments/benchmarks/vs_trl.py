@@ -73,9 +73,10 @@ def bench_config(args, workdir: str):
   c.rl.update(num_steps=args.steps, batch_size=args.prompts, num_generations=args.group,
               max_new_tokens=args.response, eval_every=0, checkpoint_every=args.steps)
   c.rl.grpo.kl_coef = args.beta
-  # The same maths, less work (docs/algorithms.md): each group's prompt through the
-  # update's layers once (the first 8 tokens: these prompts are 9-15 tokens long), and
-  # log-prob chunks of 16 (of 32, a 48-wide update's first chunk is 17 positions of padding).
+  # The same maths, less work (docs/algorithms.md): the leading tokens a group's rows share
+  # (the 9-15 token prompt, often the answer's first tokens too) through the update's layers
+  # once, and log-prob chunks of 16 (of 32, a 48-wide update's first chunk is 17 positions
+  # of padding).
   c.rl.update(shared_prefix=True, logprob_chunk=16)
   c.rewards.num_workers = 0  # verify in-process, as the TRL side does
   if args.precision == "bf16":  # bf16 compute over f32 weights; TRL: bf16=True (autocast)
