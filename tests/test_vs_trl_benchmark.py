@@ -29,7 +29,7 @@ def test_vs_trl_ours_side_smoke(tmp_path):
   out = tmp_path / "vs_trl.json"
   proc = _run(["--smoke", "--baselines=none", "--steps=2", "--prompts=2", "--group=2",
                "--response=8", "--heldout=4", "--sft_steps=0", "--seed=3",
-               f"--workdir={tmp_path / 'w'}", f"--out={out}"])
+               "--learning_rate=3e-5", f"--workdir={tmp_path / 'w'}", f"--out={out}"])
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads(out.read_text())
   (ours,) = result["rows"]
@@ -48,6 +48,7 @@ def test_vs_trl_ours_side_smoke(tmp_path):
   # the TRL side's inputs: HF weights, tasks in step order, held-out set
   spec = json.loads((tmp_path / "w" / "trl_spec.json").read_text())
   assert result["seed"] == spec["seed"] == 3
+  assert result["hparams"]["learning_rate"] == spec["hparams"]["learning_rate"] == 3e-5
   assert len(spec["train_tasks"]) == 2 * 2 and len(spec["heldout_tasks"]) == 4
   assert os.path.exists(os.path.join(spec["hf_dir"], "config.json"))
 

@@ -1,4 +1,4 @@
-r"""The update and the reference forward under rl.compute_dtype x rl.unroll_layers, one core.
+r"""The update and the reference forward under rl.compute_dtype x rl.unroll_layers (x rl.logprob_remat).
 
   PYTHONPATH=. taskset -c 1 python experiments/benchmarks/update_settings.py
   PYTHONPATH=. python experiments/benchmarks/update_settings.py --smoke --out=/tmp/u.json
@@ -11,10 +11,12 @@ settings are called in turns (`--rounds` times each, so drift of the
 machine hits all of them alike) and the median seconds are reported.
 Settings: compute dtype float32 | bfloat16 (over f32 weights) and
 unroll_layers 1 (a loop over layers) | the model's layers (straight-line
-code). The reference is timed twice per round: given the loss mask, as the
+code); with the layers unrolled, also rl.logprob_remat True (each log-prob
+chunk's logits recomputed in the backward) | False (kept from the
+forward). The reference is timed twice per round: given the loss mask, as the
 trainer calls it (prompt-only log-prob chunks skipped), and without it
 (every position); it does not read unroll_layers (its layers stay a loop),
-so its two unroll rows time the same program. The host memory policy is
+so its unroll and logprob_remat rows time the same program. The host memory policy is
 applied, as in every entry point. Writes a table and
 experiments/benchmarks/results/update_settings.json.
 """
@@ -52,7 +54,8 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
 
 
 def compiled_settings(name: str):
-  """{(dtype, unroll): (update, reference, state, batch, ref_params, tokens, mask)}."""
+  """{(dtype, unroll, logprob_remat): (update, reference, state, batch, ref_params, tokens,
+  mask)}."""
   arch, work = ARCH[name], WORK[name]
   p, g = work["prompts"], work["group"]
   plen, resp = (8, 8) if name == "smoke" else (32, 64)
@@ -67,25 +70,28 @@ def compiled_settings(name: str):
   reward = even_fraction_N(host.tokens_BxT[:, plen:], host.loss_mask_BxT[:, plen:])
   optimizer = make_optimizer(OptimizerConfig(learning_rate=1e-5, schedule="constant", b2=0.999))
   out = {}
-  for dtype in ("float32", "bfloat16"):
-    for unroll in sorted({1, arch["num_layers"]}):
-      rl = rl_config.load(dict(batch_size=p, num_generations=g, max_prompt_len=plen,
-                               max_new_tokens=resp, logprob_chunk=plen, shared_prefix=True,
-                               compute_dtype=dtype, unroll_layers=unroll,
-                               grpo=dict(kl_coef=BETA, aggregation="token_mean")))
-      config = precision.compute_config(weights_config, rl.compute_dtype)
-      prefix = shared_prefix_len(rl, host.tokens_BxT)
-      reference = jax.jit(make_ref_logprobs(config, rl, prefix_len=prefix))
-      ref = np.asarray(reference(params, rollout.tokens_BxT, rollout.loss_mask_BxT))
-      batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, reward,
-                            ref_logp_NxT=ref)
-      state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
-                         rng=jax.random.key(2))
-      update = jax.jit(make_rl_train_step(config, rl, optimizer, prefix_len=prefix))
-      jax.block_until_ready(update(state, batch))
-      jax.block_until_ready(reference(params, rollout.tokens_BxT))  # compiles the unmasked call
-      out[(dtype, unroll)] = (update, reference, state, batch, params, rollout.tokens_BxT,
-                              rollout.loss_mask_BxT)
+  unrolled = arch["num_layers"]
+  keys = [(dtype, unroll, remat) for dtype in ("float32", "bfloat16")
+          for unroll, remat in sorted({(1, True), (unrolled, True), (unrolled, False)},
+                                      key=lambda k: (k[0], not k[1]))]
+  for dtype, unroll, remat in keys:
+    rl = rl_config.load(dict(batch_size=p, num_generations=g, max_prompt_len=plen,
+                             max_new_tokens=resp, logprob_chunk=plen, shared_prefix=True,
+                             compute_dtype=dtype, unroll_layers=unroll, logprob_remat=remat,
+                             grpo=dict(kl_coef=BETA, aggregation="token_mean")))
+    config = precision.compute_config(weights_config, rl.compute_dtype)
+    prefix = shared_prefix_len(rl, host.tokens_BxT)
+    reference = jax.jit(make_ref_logprobs(config, rl, prefix_len=prefix))
+    ref = np.asarray(reference(params, rollout.tokens_BxT, rollout.loss_mask_BxT))
+    batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, reward,
+                          ref_logp_NxT=ref)
+    state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
+                       rng=jax.random.key(2))
+    update = jax.jit(make_rl_train_step(config, rl, optimizer, prefix_len=prefix))
+    jax.block_until_ready(update(state, batch))
+    jax.block_until_ready(reference(params, rollout.tokens_BxT))  # compiles the unmasked call
+    out[(dtype, unroll, remat)] = (update, reference, state, batch, params,
+                                   rollout.tokens_BxT, rollout.loss_mask_BxT)
   return out
 
 
@@ -100,21 +106,22 @@ def measure(settings: dict, rounds: int) -> list[dict]:
         start = time.perf_counter()
         jax.block_until_ready(call())
         times[key][name].append(time.perf_counter() - start)
-  base = statistics.median(times[("float32", 1)]["update"])
-  return [dict(compute_dtype=dtype, unroll_layers=unroll,
+  base = statistics.median(times[("float32", 1, True)]["update"])
+  return [dict(compute_dtype=dtype, unroll_layers=unroll, logprob_remat=remat,
                update_s=statistics.median(t["update"]),
                reference_s=statistics.median(t["reference"]),
                reference_every_position_s=statistics.median(t["reference_all"]),
                update_vs_f32_loop=statistics.median(t["update"]) / base)
-          for (dtype, unroll), t in times.items()]
+          for (dtype, unroll, remat), t in times.items()]
 
 
 def table(rows: list[dict]) -> str:
-  head = (f"{'compute':<10}{'unroll':>7}{'update s':>10}{'reference s':>13}"
+  head = (f"{'compute':<10}{'unroll':>7}{'logprob remat':>14}{'update s':>10}{'reference s':>13}"
           f"{'ref. all positions s':>22}{'update / f32 loop':>19}")
   lines = [head, "-" * len(head)]
   for r in rows:
-    lines.append(f"{r['compute_dtype']:<10}{r['unroll_layers']:>7}{r['update_s']:>10.4f}"
+    lines.append(f"{r['compute_dtype']:<10}{r['unroll_layers']:>7}"
+                 f"{'yes' if r['logprob_remat'] else 'no':>14}{r['update_s']:>10.4f}"
                  f"{r['reference_s']:>13.4f}{r['reference_every_position_s']:>22.4f}"
                  f"{r['update_vs_f32_loop']:>19.3f}")
   return "\n".join(lines)

@@ -14,7 +14,10 @@ reference's layers once, as the trainer does with it on) unless the spec
 says `"shared_prefix": false`, and computes in the spec's `compute_dtype`
 (`rl.compute_dtype`: "float32", or "bfloat16" over f32 weights). The
 update's layers are unrolled (`rl.unroll_layers` = the model's layers: the
-setting for a small model on CPU).
+setting for a small model on CPU), and its log-prob chunks keep their
+logits for the backward instead of recomputing them (`rl.logprob_remat`
+False, unless the spec says true: 4096-entry vocabularies over 64
+response tokens fit easily).
 """
 
 import functools
@@ -50,6 +53,7 @@ def run(spec: dict) -> dict:
   rl = rl_config.load(dict(batch_size=p, num_generations=g, max_prompt_len=plen,
                            max_new_tokens=r, logprob_chunk=plen,
                            shared_prefix=spec.get("shared_prefix", True),
+                           logprob_remat=spec.get("logprob_remat", False),
                            compute_dtype=spec.get("compute_dtype", ""),
                            unroll_layers=spec["arch"]["num_layers"],
                            grpo=dict(kl_coef=spec["beta"], aggregation="token_mean")))
@@ -90,6 +94,7 @@ def run(spec: dict) -> dict:
     cpu.append(time.process_time() - start_cpu)
     rewards.append(float(reward_N.mean()))
   return dict(system="rl_post (JAX)", shared_prefix=rl.shared_prefix,
+              logprob_remat=rl.logprob_remat,
               compute_dtype=config.dtype, step_wall_s=wall,
               step_cpu_s=cpu, rollout_s=rollout_s, rollout_tokens=tokens, reward_mean=rewards, versions={"jax": jax.__version__})
 

@@ -36,6 +36,11 @@ class RLConfig:
     grad_accum: micro-batches per minibatch; gradients are summed over them
       (same update as one big batch, lower peak memory).
     logprob_chunk: positions per chunk of the log-softmax over the vocabulary.
+    logprob_remat: recompute each chunk's logits in the update's backward
+      (True: one chunk's [rows, chunk, V] alive at a time); False keeps
+      every chunk's logits and probabilities from the forward (about
+      2 x [rows, T, V] f32 more memory) and spares the head's matmul a
+      second pass: for small vocabularies and short responses.
     remat: rematerialisation of the layers in the update: "none" | "full" |
       "dots" (keep matmul outputs).
     unroll_layers: layers per iteration of the update's loop over layers
@@ -102,6 +107,7 @@ class RLConfig:
   num_minibatches: int = 1
   grad_accum: int = 1
   logprob_chunk: int = 32
+  logprob_remat: bool = True
   remat: str = "none"
   unroll_layers: int = 1
   ref_dtype: str = "float32"
@@ -138,6 +144,8 @@ class RLConfig:
     check(self.minibatch_size % self.grad_accum == 0, "grad_accum",
           f"must divide the minibatch size ({self.minibatch_size})", self.grad_accum)
     check(self.logprob_chunk >= 1, "logprob_chunk", "must be >= 1", self.logprob_chunk)
+    check(isinstance(self.logprob_remat, bool), "logprob_remat", "must be a bool",
+          self.logprob_remat)
     check(self.remat in REMAT_POLICIES, "remat", f"must be one of {REMAT_POLICIES}",
           self.remat)
     check(isinstance(self.unroll_layers, int) and self.unroll_layers >= 1, "unroll_layers",

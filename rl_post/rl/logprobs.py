@@ -136,7 +136,7 @@ def _head_logits(h_BxCxE, w_ExV):
 
 
 def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk: int,
-                           mask_BxT=None):
+                           mask_BxT=None, *, remat: bool = True):
   """(logp_BxT, entropy_BxT) from hidden states, `chunk` positions at a time.
 
   Entry t is about token t given tokens < t (computed from h[:, t-1]);
@@ -146,6 +146,12 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
   chunks are aligned to the end of the sequence, where responses sit, so a
   response of a multiple of `chunk` tokens after equal-length prompts
   costs no prompt logits at all.
+
+  `remat=True` recomputes each chunk's logits in the backward, so at most
+  one chunk's [B, C, V] is alive (forward or backward); `remat=False`
+  keeps every chunk's logits and probabilities for the backward (about
+  2 x [B, T, V] f32 held from the forward to the backward) and saves the
+  recomputation: the head's matmul once more per chunk.
   """
   if chunk < 1:
     raise ValueError(f"logprob chunk must be >= 1, got {chunk}")
@@ -177,13 +183,14 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
     zeros = jnp.zeros(h_BxCxE.shape[:2], jnp.float32)
     return zeros, zeros
 
-  @jax.checkpoint
   def one_chunk(args):
     h_BxCxE, next_BxC, live = args
     if mask_BxT is None:
       return compute(h_BxCxE, next_BxC)
     return jax.lax.cond(live, compute, skip, h_BxCxE, next_BxC)
 
+  if remat:
+    one_chunk = jax.checkpoint(one_chunk)
   logp_KxBxC, entropy_KxBxC = jax.lax.map(one_chunk, (h_KxBxCxE, next_KxBxC, live_K))
   unchunk = lambda x: x.transpose(1, 0, 2).reshape(b, num_chunks * chunk)[:, pad:]
   zero = jnp.zeros((b, 1), jnp.float32)

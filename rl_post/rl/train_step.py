@@ -108,7 +108,7 @@ def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int 
                             unroll=min(rl.unroll_layers, model_config.num_layers))
     logp_NxT, entropy_NxT = chunked_token_logprobs(
         h_NxTxE, output_matrix_ExV(model_config, params), tokens_NxT, rl.temperature,
-        rl.logprob_chunk, mask_NxT)  # no logits for prompt-only chunks
+        rl.logprob_chunk, mask_NxT, remat=rl.logprob_remat)  # no logits for prompt-only chunks
     inputs = LossInputs(logp_NxT=logp_NxT, entropy_NxT=entropy_NxT,
                         old_logp_NxT=batch["old_logp"], adv_NxT=batch["adv"],
                         mask_NxT=mask_NxT, ref_logp_NxT=batch.get("ref_logp"))

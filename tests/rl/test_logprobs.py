@@ -75,6 +75,38 @@ def test_masked_chunks_skip_prompt_logits_and_keep_response_values_and_gradients
   assert float(jnp.abs(logp_a[:, 1:prompt]).min()) > 0.0  # the full path computes them
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_logprob_chunks_kept_for_backward_match_recomputed_ones(masked):
+  """remat=False keeps each chunk's logits for the backward instead of recomputing
+  them: the same values and gradients, and one head matmul fewer per chunk."""
+  h = jax.random.normal(jax.random.key(1), (3, 16, 16))
+  w = jax.random.normal(jax.random.key(2), (16, 53)) * 0.3
+  tokens = jax.random.randint(jax.random.key(3), (3, 16), 0, 53)
+  mask = np.zeros((3, 16), np.int32)
+  mask[:, 6:] = 1
+  weights = jax.random.normal(jax.random.key(4), (3, 16)) * mask
+
+  def grad_fn(remat):
+    def loss(h, w):
+      logp, ent = chunked_token_logprobs(h, w, tokens, 0.7, 4, mask if masked else None,
+                                         remat=remat)
+      return (logp * weights).sum() + (ent * mask).sum(), (logp, ent)
+    return jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
+
+  (_, (logp_a, ent_a)), grads_a = jax.jit(grad_fn(True))(h, w)
+  (_, (logp_b, ent_b)), grads_b = jax.jit(grad_fn(False))(h, w)
+  np.testing.assert_allclose(logp_b, logp_a, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(ent_b, ent_a, rtol=1e-6, atol=1e-6)
+  for a, b in zip(grads_a, grads_b):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+  def head_matmuls(remat):  # dots whose operand is w: [16, 53] or its transpose
+    text = jax.jit(grad_fn(remat)).lower(h, w).as_text()
+    return sum("dot_general" in line and "53" in line for line in text.splitlines())
+  # forward, dh and dw; recomputing adds the forward again
+  assert head_matmuls(True) == head_matmuls(False) + 1
+
+
 def test_swiglu_backward_matches_autodiff():
   x = jax.random.normal(jax.random.key(0), (12, 8))
   gate, up = (jax.random.normal(jax.random.key(i), (8, 16)) / 3 for i in (1, 2))

@@ -51,6 +51,8 @@ def test_bad_values_are_named_in_any_algorithm_section():
     rl_config.load(dict(remat="some"))
   with pytest.raises(ValueError, match="rl.unroll_layers must be an int >= 1"):
     rl_config.load(dict(unroll_layers=0))
+  with pytest.raises(ValueError, match="rl.logprob_remat must be a bool"):
+    rl_config.load(dict(logprob_remat="no"))
   with pytest.raises(ValueError, match="already registered"):
     registry.register(registry.get("grpo"))
 
