@@ -53,6 +53,23 @@ def test_missing_tokenizer_names_the_field(tmp_path):
       in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("script,config,override,expected", [
+    ("train_rl.py", "grpo_arithmetic.py", "--config.rl.num_generations=1",
+     "error: rl.num_generations=1: must be >= 2 for grpo (its advantages need a group), got 1"),
+    ("train_sft.py", "sft_arithmetic.py", "--config.sft.batch_size=0",
+     "error: sft.batch_size=0: must be > 0, got 0"),
+])
+def test_a_bad_value_is_reported_before_the_runs_inputs_are_read(tmp_path, script, config,
+                                                                 override, expected):
+  """A config error comes first: the missing tokenizer is not what the user hears of,
+  and nothing is written to the (checked, empty) workdir of a run that cannot start."""
+  proc = _run([f"experiments/{script}", f"--config=configs/{config}:tiny",
+               f"--config.tokenizer.path={tmp_path / 'none.model'}",
+               f"--workdir={tmp_path / 'run'}", override])
+  _assert_one_line_error(proc, expected)
+  assert os.listdir(tmp_path / "run") == []
+
+
 def test_workdir_that_is_a_file(tokenizer_path, tmp_path):
   path = tmp_path / "a_file"
   path.write_text("x")

@@ -31,10 +31,9 @@ class RLComponents:
   """Everything the loop needs, built once from the config."""
 
   def __init__(self, config, workdir):
-    self.ctx = ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
+    # the trainer's own sections first: a bad value is reported before the run's inputs
+    # (tokenizer, mesh, workdir) are looked at
     self.rl = rl = rl_config.load(config.get("rl"))
-    # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
-    self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
     self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
     self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
     self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
@@ -44,6 +43,9 @@ class RLComponents:
     if rl.async_rewards and self.filtering.enabled:
       raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
                        "see a round's rewards before drawing the next one")
+    self.ctx = ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
+    # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
+    self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
     divisor = ctx.batch_divisor()
     minibatch = rl.rollouts_per_step // rl.num_minibatches
     if minibatch % divisor:

@@ -115,10 +115,10 @@ def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConf
 @scoped_run
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) SFT; exports params to workdir/export."""
-  ctx = setup_run(config, workdir)
-  sft = from_section(SFTConfig, config.get("sft"), "sft")
+  sft = from_section(SFTConfig, config.get("sft"), "sft")  # before the run's inputs are read
   tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
   opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
+  ctx = setup_run(config, workdir)
   if sft.row_multiple % ctx.batch_divisor():
     raise ValueError(f"sft rows per batch (a multiple of {sft.row_multiple}: pack_row_multiple "
                      f"with packing, else batch_size) must be a multiple of the mesh "
