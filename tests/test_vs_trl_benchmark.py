@@ -115,4 +115,3 @@ def test_compile_steps_are_the_first_of_each_new_update_shape():
           for c in vs_trl.compile_steps(rows)] == [(3, 16.0, 48.0), (6, 16.0, 32.0)]
   no_sharing = [{k: v for k, v in r.items() if k != "rollout/shared_prefix_len"} for r in rows]
   assert [c["step"] for c in vs_trl.compile_steps(no_sharing)] == [6]
-

@@ -95,8 +95,9 @@ def run(spec: dict) -> dict:
     rewards.append(float(reward_N.mean()))
   return dict(system="rl_post (JAX)", shared_prefix=rl.shared_prefix,
               logprob_remat=rl.logprob_remat,
-              compute_dtype=config.dtype, step_wall_s=wall,
-              step_cpu_s=cpu, rollout_s=rollout_s, rollout_tokens=tokens, reward_mean=rewards, versions={"jax": jax.__version__})
+              compute_dtype=config.dtype, step_wall_s=wall, step_cpu_s=cpu,
+              rollout_s=rollout_s, rollout_tokens=tokens, reward_mean=rewards,
+              versions={"jax": jax.__version__})
 
 
 def main(argv=None):
