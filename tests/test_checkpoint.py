@@ -11,7 +11,8 @@ import pytest
 from flax import struct
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from rl_post.checkpoint import CheckpointManager, CorruptCheckpointError
+from rl_post.checkpoint import (CheckpointManager, CheckpointMismatchError,
+                                CorruptCheckpointError)
 
 
 @struct.dataclass
@@ -121,7 +122,7 @@ def test_mismatched_shape_names_key_and_both_shapes(tmp_path, states):
         "dense": {**abstract.params["dense"],
                   "w": jax.ShapeDtypeStruct((4, 5), jnp.float32,
                                             sharding=abstract.rng.sharding)}})
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(CheckpointMismatchError, match=(
         r"at key 'params/dense/w': checkpoint shape \(4, 3\), "
         r"abstract_state shape \(4, 5\)")):
       ckpt.restore(bad)
@@ -178,6 +179,22 @@ def test_corrupt_latest_step_falls_back_with_warning(tmp_path, states):
     assert any("falling back to step 1" in m for m in messages)
   assert extra == {"step": 1}
   _assert_trees_equal(restored, s1)
+
+
+def test_step_without_state_metadata_is_unreadable_not_a_mismatch(tmp_path, states):
+  # With state/_METADATA gone orbax reads the step as an empty tree: a partial write
+  # to move aside (a resume crash-looped on it as a "mismatch"), not another model.
+  with CheckpointManager(tmp_path) as ckpt:
+    for step, s in zip((1, 2), states):
+      ckpt.save(step, s, extra={"step": step})
+  os.remove(tmp_path / "2" / "state" / "_METADATA")
+  with CheckpointManager(tmp_path) as ckpt:
+    with pytest.warns(UserWarning, match="lists no arrays.*falling back to step 1"):
+      restored, extra = ckpt.restore(_abstract(states[0]), fallback=True)
+    assert ckpt.all_steps() == [1]
+  assert extra == {"step": 1}
+  assert os.listdir(tmp_path / "corrupt") == ["2-unreadable"]
+  _assert_trees_equal(restored, states[0])
 
 
 _SHARDED_SCRIPT = r"""

@@ -49,6 +49,11 @@ class CorruptCheckpointError(RuntimeError):
     self.reason = reason
 
 
+class CheckpointMismatchError(ValueError):
+  """A readable checkpoint step holds a different tree than the one asked for:
+  another model size, optimizer or algorithm (keys or shapes differ)."""
+
+
 _path_str = integrity.path_str
 
 
@@ -119,24 +124,24 @@ def _flatten_metadata(tree: Any, prefix: tuple[str, ...] = ()) -> dict[str, tupl
 
 
 def _check_structure(stored: dict[str, tuple], abstract: Any, where: str) -> None:
-  """Raises ValueError naming the first key path whose presence/shape differ."""
+  """Raises CheckpointMismatchError naming the first key path whose presence/shape differ."""
   wanted = {
       _path_str(path): tuple(leaf.shape)
       for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]
   }
   for name, shape in wanted.items():
     if name not in stored:
-      raise ValueError(
+      raise CheckpointMismatchError(
           f"{where} does not match abstract_state: key {name!r} (shape "
           f"{shape}) is not in the checkpoint; stored keys include "
           f"{sorted(stored)[:8]}")
     if stored[name] != shape:
-      raise ValueError(
+      raise CheckpointMismatchError(
           f"{where} does not match abstract_state at key {name!r}: checkpoint "
           f"shape {stored[name]}, abstract_state shape {shape}")
   extra_keys = sorted(set(stored) - set(wanted))
   if extra_keys:
-    raise ValueError(
+    raise CheckpointMismatchError(
         f"{where} does not match abstract_state: checkpoint has keys missing "
         f"from abstract_state: {extra_keys[:8]}")
 
@@ -290,7 +295,8 @@ class CheckpointManager:
 
     Raises:
       FileNotFoundError: no checkpoint (or no such step) in the directory.
-      ValueError: the stored tree's keys or shapes differ from abstract_state.
+      CheckpointMismatchError: (a ValueError) the stored tree's keys or
+        shapes differ from abstract_state.
       CorruptCheckpointError: the step cannot be read (and no fallback
         succeeded).
     """
@@ -336,6 +342,9 @@ class CheckpointManager:
     except Exception as e:  # Orbax/tensorstore raise many kinds on bad files.
       raise CorruptCheckpointError(
           f"{where} is unreadable (partial or corrupt): {str(e)[:300]}") from e
+    if not stored_shapes:  # e.g. state/_METADATA deleted: orbax reads an empty tree
+      raise CorruptCheckpointError(f"{where} is unreadable (partial or corrupt): its state "
+                                   "item lists no arrays")
     _check_structure(stored_shapes, abstract_stored, where)
     try:
       restored = self._mgr.restore(
@@ -355,12 +364,12 @@ class CheckpointManager:
       if not _is_prng_key(abstract_leaf.dtype):
         return leaf
       if name not in key_impls:
-        raise ValueError(
+        raise CheckpointMismatchError(
             f"{where}: abstract_state key {name!r} is a PRNG key but the "
             "checkpoint stored a plain array there")
       key = jax.random.wrap_key_data(leaf, impl=key_impls[name])
       if key.dtype != abstract_leaf.dtype:
-        raise ValueError(
+        raise CheckpointMismatchError(
             f"{where}: PRNG key {name!r} was saved with impl "
             f"{key_impls[name]!r} ({key.dtype}), abstract_state wants "
             f"{abstract_leaf.dtype}")

@@ -101,8 +101,10 @@ class FaultLog:
     if not _is_primary_process():  # multi-host: every process records, process 0 writes
       return
     os.makedirs(self.workdir, exist_ok=True)
-    with open(self.path, "a", encoding="utf-8") as f:
-      f.write(json.dumps(rec, default=str) + "\n")
+    with open(self.path, "a+b") as f:
+      # a line cut short by a kill would swallow this record: start a new line
+      torn = f.seek(0, os.SEEK_END) > 0 and f.seek(-1, os.SEEK_END) >= 0 and f.read(1) != b"\n"
+      f.write((b"\n" if torn else b"") + json.dumps(rec, default=str).encode() + b"\n")
       f.flush()
       os.fsync(f.fileno())
 
