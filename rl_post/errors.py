@@ -32,3 +32,37 @@ class ConfigError(UserError, ValueError):
 
 class MissingInputError(UserError, FileNotFoundError):
   """A path named in the config or on the command line does not hold what it should."""
+
+
+# What loaders of model, checkpoint and tokenizer files raise on a file that is
+# truncated, garbled or of the wrong kind (tensorstore and sentencepiece raise
+# ValueError and RuntimeError; struct, the GGUF and safetensors readers the rest).
+UNREADABLE_FILE_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, RuntimeError,
+                          EOFError, UnicodeDecodeError)
+
+
+class reading:  # noqa: N801 (used as a context manager, like `open`)
+  """Turns a loader's exception on a user-named input into a MissingInputError.
+
+      with errors.reading("rl.init_from", path):
+        params = load_params(path, ...)
+
+  A `UserError` raised inside passes through unchanged; any exception in
+  `UNREADABLE_FILE_ERRORS` becomes `MissingInputError(field, path, "cannot be
+  read: <type>: <message>")`, chained to the original.
+  """
+
+  def __init__(self, field: str, path: Any, what: str = "cannot be read"):
+    self.field, self.path, self.what = field, path, what
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, kind, exc, tb):
+    if exc is None or isinstance(exc, UserError):
+      return False
+    if isinstance(exc, UNREADABLE_FILE_ERRORS):
+      detail = " ".join(str(exc).split())[:300] or "no message"
+      raise MissingInputError(self.field, self.path,
+                              f"{self.what} ({type(exc).__name__}: {detail})") from exc
+    return False

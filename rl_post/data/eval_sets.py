@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.errors import ConfigError
 from rl_post.tasks.base import Task
 
 VERSION = "1.0.0"
@@ -188,8 +189,10 @@ def load(spec: EvalSetSpec, data_dir: str) -> list[Task]:
   records = source(spec, data_dir)
   tasks = [decode_record(records[i]) for i in range(len(records))]
   if len(tasks) != spec.size or any(t.domain != spec.domain for t in tasks):
-    raise ValueError(f"eval set {spec.dataset_name} in {data_dir} holds {len(tasks)} tasks, "
-                     f"expected {spec.size} of domain {spec.domain!r}")
+    raise ConfigError("tasks.eval_data_dir", data_dir,
+                      f"holds eval set {spec.dataset_name} with {len(tasks)} tasks, expected "
+                      f"{spec.size} of domain {spec.domain!r}; rebuild it with "
+                      "experiments/build_eval_sets.py (same --config)")
   return tasks
 
 

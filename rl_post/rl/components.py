@@ -9,6 +9,7 @@ from rl_post.config_sections import from_section
 from rl_post.data import eval_sets
 from rl_post.data.mixture import TaskConfig
 from rl_post.envs import trainer_rounds
+from rl_post.errors import MissingInputError, UserError
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import process_data, sharding
 from rl_post.rewards.scoring import RewardConfig
@@ -27,22 +28,32 @@ from rl_post.training.run import setup_run
 from rl_post.training.step import jit_train_step
 
 
+def rl_sections(config) -> dict:
+  """The RL trainer's own config sections, parsed and cross-checked: what a run (or the
+  demo pipeline, before any stage) validates before it reads inputs or writes files."""
+  sections = dict(
+      rl=rl_config.load(config.get("rl")),
+      tasks=from_section(TaskConfig, config.get("tasks"), "tasks"),
+      opt=from_section(OptimizerConfig, config.get("optimizer"), "optimizer"),
+      rewards=from_section(RewardConfig, config.get("rewards"), "rewards"),
+      filtering=from_section(filtering.FilterConfig, config.get("filtering"), "filtering"),
+      guard=from_section(GuardConfig, config.get("guard"), "guard"),
+      faults=from_section(FaultsConfig, config.get("faults"), "faults"))
+  if sections["rl"].async_rewards and sections["filtering"].enabled:
+    raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
+                     "see a round's rewards before drawing the next one")
+  return sections
+
+
 class RLComponents:
   """Everything the loop needs, built once from the config."""
 
   def __init__(self, config, workdir):
     # the trainer's own sections first: a bad value is reported before the run's inputs
     # (tokenizer, mesh, workdir) are looked at
-    self.rl = rl = rl_config.load(config.get("rl"))
-    self.tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
-    self.opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
-    self.rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
-    self.filtering = from_section(filtering.FilterConfig, config.get("filtering"), "filtering")
-    self.guard = from_section(GuardConfig, config.get("guard"), "guard")
-    self.faults = from_section(FaultsConfig, config.get("faults"), "faults")
-    if rl.async_rewards and self.filtering.enabled:
-      raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
-                       "see a round's rewards before drawing the next one")
+    for name, section in rl_sections(config).items():
+      setattr(self, name, section)
+    rl = self.rl
     self.ctx = ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
     # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
     self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
@@ -66,7 +77,12 @@ class RLComponents:
     if self.episodes is not None and jax.process_count() > 1:
       raise NotImplementedError("episodes.enabled runs on one process; multi-host RL runs "
                                 "single-turn rounds (docs/scale.md)")
-    self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
+    try:
+      self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
+    except FileNotFoundError as e:  # an eval set that was never built
+      if isinstance(e, UserError):
+        raise
+      raise MissingInputError("tasks.eval_data_dir", self.tasks.eval_data_dir, str(e)) from None
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,

@@ -24,10 +24,12 @@ import jax
 import numpy as np
 from absl import logging
 
-from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
+from rl_post import errors
+from rl_post.checkpoint.manager import (CheckpointManager, CheckpointMismatchError,
+                                        CorruptCheckpointError)
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.data import batching, domain_stats
-from rl_post.errors import MissingInputError
+from rl_post.errors import ConfigError, MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics import progress as progress_lib
 from rl_post.metrics.timing import StepTimer
@@ -48,7 +50,8 @@ from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog
 from rl_post.training.guard import NonFiniteGuard
 from rl_post.training.preemption import SigtermFlag
-from rl_post.training.run import RunContext, pretrained_params, scoped_run
+from rl_post.training.run import (RunContext, mismatched_checkpoints, pretrained_params,
+                                  scoped_run, shape_differences)
 
 
 def _initial_params(ctx: RunContext, rl: RLConfig):
@@ -61,15 +64,20 @@ def _initial_params(ctx: RunContext, rl: RLConfig):
                             "SFT run")
   try:
     stored = load_model_config(rl.init_from)
+  except errors.UserError:
+    raise
   except FileNotFoundError as e:
     raise MissingInputError("rl.init_from", rl.init_from, str(e)) from None
-  if stored != ctx.model_config:
-    diff = {k: (v, getattr(ctx.model_config, k)) for k, v in stored.to_dict().items()
-            if getattr(ctx.model_config, k) != v}
-    raise ValueError(f"rl.init_from={rl.init_from!r} holds a model that differs from "
-                     f"config.model in {diff} (stored, configured)")
-  return load_params(rl.init_from,
-                     state_lib.abstract_sharded_params(ctx.model_config, ctx.mesh, ctx.rules))
+  except (ValueError, TypeError) as e:  # a garbled or foreign model_config.json
+    raise MissingInputError("rl.init_from", rl.init_from,
+                            f"has an unreadable model_config.json ({e})") from None
+  diff = shape_differences(stored, ctx.model_config)
+  if diff:
+    raise ConfigError("rl.init_from", rl.init_from, f"holds a model that differs from "
+                      f"config.model in {diff} (stored, configured)")
+  with errors.reading("rl.init_from", rl.init_from):
+    return load_params(rl.init_from,
+                       state_lib.abstract_sharded_params(ctx.model_config, ctx.mesh, ctx.rules))
 
 
 def _rollout_metrics(tasks_N, reward_batch, rollout, rl: RLConfig) -> dict:
@@ -231,6 +239,12 @@ def train(config, workdir: str) -> dict:
       logging.warning("%s\nstarting again from the initial state", e)
       c.mixture.load_state_dict(initial_mixture)
       return fresh_state(), 0
+    except CheckpointMismatchError as e:
+      raise mismatched_checkpoints(workdir, config, e) from None
+    if "rl_step" not in extra:  # an SFT run's state has the same tree as GRPO's
+      raise ConfigError("--workdir", workdir, "holds another kind of run's checkpoints (an "
+                        "SFT run's?); start RL from its export with rl.init_from=<that "
+                        "workdir>/export and a --workdir of its own")
     if "mixture" in extra:
       c.mixture.load_state_dict(extra["mixture"])
     else:
@@ -247,6 +261,7 @@ def train(config, workdir: str) -> dict:
   if checkpoints.latest_step() is not None:
     state, start = restore_latest()
     logging.info("resumed from iteration %d", start)
+  ctx.write_config()  # after the restore: a workdir the config does not fit keeps its own
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = ProcessSplitPool(RewardPool(c.rewards, c.tasks.domain_options))  # per host
   timer = StepTimer()

@@ -15,11 +15,13 @@ import numpy as np
 from absl import logging
 
 from rl_post import models
-from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
+from rl_post.checkpoint.manager import (CheckpointManager, CheckpointMismatchError,
+                                        CorruptCheckpointError)
 from rl_post.checkpoint.params import save_params
 from rl_post.config_sections import check, from_section
 from rl_post.data import batching
 from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.errors import ConfigError
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
@@ -31,10 +33,12 @@ from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
 from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.preemption import SigtermFlag
-from rl_post.training.run import pretrained_params, scoped_run, setup_run
+from rl_post.training.run import (mismatched_checkpoints, pretrained_params, scoped_run,
+                                  setup_run)
 from rl_post.training.step import jit_train_step, make_train_step
 
 EXPORT_DIR = "export"
+_EXTRA = {"run": "sft"}  # saved with every step: an RL trainer refuses these checkpoints
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,17 +116,42 @@ def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConf
   return {"tokens": tokens, "mask": mask}, dropped
 
 
+def sft_sections(config) -> dict:
+  """The SFT trainer's own config sections, parsed: what a run (or the demo pipeline,
+  before any stage) validates before it reads inputs or writes files."""
+  sections = dict(sft=from_section(SFTConfig, config.get("sft"), "sft"),
+                  tasks=from_section(TaskConfig, config.get("tasks"), "tasks"),
+                  opt=from_section(OptimizerConfig, config.get("optimizer"), "optimizer"),
+                  guard=from_section(GuardConfig, config.get("guard"), "guard"),
+                  faults=from_section(FaultsConfig, config.get("faults"), "faults"))
+  if sections["faults"].nonfinite_loss_at_steps:
+    raise ValueError("faults.nonfinite_loss_at_steps is only supported by the RL trainer "
+                     f"(SFT batches have no float input to poison), got "
+                     f"{sections['faults'].nonfinite_loss_at_steps}")
+  return sections
+
+
+def _check_dropped(dropped: int, step: int, sft: SFTConfig):
+  """Demonstrations longer than sft.max_len are dropped: all of a batch is an error (the
+  step would train on nothing), half or more a warning."""
+  if dropped >= sft.batch_size:
+    raise ConfigError("sft.max_len", sft.max_len, f"is shorter than every demonstration of "
+                      f"step {step}'s batch (all {dropped} dropped)")
+  if 2 * dropped >= sft.batch_size:
+    logging.warning("sft step %d: %d of %d demonstrations are longer than sft.max_len=%d and "
+                    "were dropped", step, dropped, sft.batch_size, sft.max_len)
+
+
 @scoped_run
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) SFT; exports params to workdir/export."""
-  sft = from_section(SFTConfig, config.get("sft"), "sft")  # before the run's inputs are read
-  tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
-  opt = from_section(OptimizerConfig, config.get("optimizer"), "optimizer")
+  sections = sft_sections(config)  # before the run's inputs are read
+  sft, tasks, opt = sections["sft"], sections["tasks"], sections["opt"]
   ctx = setup_run(config, workdir)
   if sft.row_multiple % ctx.batch_divisor():
-    raise ValueError(f"sft rows per batch (a multiple of {sft.row_multiple}: pack_row_multiple "
-                     f"with packing, else batch_size) must be a multiple of the mesh "
-                     f"batch axes ({ctx.batch_divisor()})")
+    field = "sft.pack_row_multiple" if sft.packing else "sft.batch_size"
+    raise ConfigError(field, sft.row_multiple, f"rows per batch must be a multiple of the mesh "
+                      f"batch axes ({ctx.batch_divisor()})")
   mixture = TaskMixture(tasks, int(config.seed))
   optimizer = make_optimizer(opt)
   shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
@@ -130,15 +159,9 @@ def train(config, workdir: str) -> dict:
   step_fn = jit_train_step(
       make_train_step(make_sft_loss(ctx.model_config, mesh_lib.context_mesh(ctx.mesh)), optimizer),
       shardings, batch_sharding)
-  guard_config = from_section(GuardConfig, config.get("guard"), "guard")
-  faults = from_section(FaultsConfig, config.get("faults"), "faults")
-  if faults.nonfinite_loss_at_steps:
-    raise ValueError("faults.nonfinite_loss_at_steps is only supported by the RL trainer "
-                     f"(SFT batches have no float input to poison), got "
-                     f"{faults.nonfinite_loss_at_steps}")
   fault_log = FaultLog(workdir)
-  injector = FaultInjector(faults, fault_log)
-  guard = NonFiniteGuard(guard_config, fault_log)
+  injector = FaultInjector(sections["faults"], fault_log)
+  guard = NonFiniteGuard(sections["guard"], fault_log)
   checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=2,
                                   on_event=fault_log.record)
 
@@ -152,12 +175,19 @@ def train(config, workdir: str) -> dict:
       return fresh_state()
     abstract = state_lib.abstract_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
     try:
-      return checkpoints.restore(abstract, fallback=True)[0]
+      restored, extra = checkpoints.restore(abstract, fallback=True)
     except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
       logging.warning("%s\nstarting again from the initial state", e)
       return fresh_state()
+    except CheckpointMismatchError as e:
+      raise mismatched_checkpoints(workdir, config, e) from None
+    if "rl_step" in extra:  # an RL run's state has the same tree as SFT's
+      raise ConfigError("--workdir", workdir, "holds an RL run's checkpoints; SFT needs a "
+                        "workdir of its own")
+    return restored
 
   state = restore_latest()
+  ctx.write_config()  # after the restore: a workdir the config does not fit keeps its own
   start = int(state.step)
   if start:
     logging.info("resumed SFT at step %d", start)
@@ -170,6 +200,7 @@ def train(config, workdir: str) -> dict:
     while it < sft.num_steps:
       with timer("step"):
         batch, dropped = demonstration_batch(mixture, ctx.tokenizer, it, sft)
+        _check_dropped(dropped, it + 1, sft)
         state, metrics = step_fn(state, process_data.put_batch(batch, batch_sharding))
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
       if guard.observe(it + 1, int(metrics["guard/skipped"])):
@@ -189,13 +220,13 @@ def train(config, workdir: str) -> dict:
         logging.info("sft step %d: loss %.4f acc %.3f", done, metrics["loss"],
                      metrics["token_accuracy"])
       if done % sft.checkpoint_every == 0 or done == sft.num_steps:
-        checkpoints.save(done, state, force=True)
+        checkpoints.save(done, state, extra=_EXTRA, force=True)
         injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
       injector.after_step(done)
       it = done
       if preempt.requested and it < sft.num_steps:
         if checkpoints.latest_step() != done:
-          checkpoints.save(done, state, force=True)
+          checkpoints.save(done, state, extra=_EXTRA, force=True)
         fault_log.record("sigterm_checkpointed", done)
         logging.warning("SIGTERM: saved checkpoint at step %d; exiting", done)
         break

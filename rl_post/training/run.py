@@ -17,6 +17,7 @@ import ml_collections
 
 from rl_post.data.hf_tokenizer import load_tokenizer
 from rl_post.data.tokenizer import Tokenizer
+from rl_post import errors
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.models import ModelConfig
 from rl_post.models import pretrained
@@ -50,10 +51,87 @@ def ensure_workdir(workdir: str, flag: str = "--workdir") -> str:
   return workdir
 
 
+def ensure_output_file(path: str, flag: str) -> str:
+  """Checks that a file can be written at `path` (its folder is created if needed).
+
+  Raises:
+    ConfigError: naming `flag`, when `path` is a directory or its folder cannot be
+      created or written.
+  """
+  if os.path.isdir(path):
+    raise ConfigError(flag, path, "is a directory; name the file to write")
+  folder = os.path.dirname(os.path.abspath(path))
+  try:
+    ensure_workdir(folder, flag)
+  except ConfigError as e:
+    raise ConfigError(flag, path, f"its folder {folder!r} {e.problem}") from None
+  return path
+
+
 def write_config(workdir: str, config: ml_collections.ConfigDict):
   ensure_workdir(workdir)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config_to_json(config))
+
+
+def check_seed(config: ml_collections.ConfigDict):
+  """`seed` seeds JAX keys and numpy generators: an int in [0, 2**32)."""
+  seed = config.get("seed")
+  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
+    raise ConfigError("seed", seed, "must be an int in [0, 2**32)")
+
+
+def check_run_layout(workdir: str):
+  """Raises ConfigError when a trainer's own paths in `workdir` are taken by the wrong kind
+  of entry (a file named checkpoints/ would stall the first save for minutes)."""
+  for name, want_dir in (("checkpoints", True), ("config.json", False)):
+    path = os.path.join(workdir, name)
+    if os.path.exists(path) and os.path.isdir(path) != want_dir:
+      kind = "a file" if want_dir else "a directory"
+      raise ConfigError("--workdir", workdir, f"has {kind} named {name!r} where the run "
+                        f"keeps its {'checkpoint directory' if want_dir else 'config file'}")
+
+
+def stored_config(workdir: str) -> dict | None:
+  """The config.json a previous run wrote in `workdir` (a dict), or None."""
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def _flat(tree, prefix=""):
+  if not isinstance(tree, dict):
+    return {prefix[:-1]: tree}
+  out = {}
+  for k, v in tree.items():
+    out.update(_flat(v, f"{prefix}{k}."))
+  return out
+
+
+def config_changes(before: dict | None, after: ml_collections.ConfigDict,
+                   sections=("model", "optimizer", "rl.algorithm", "pretrained")) -> list[str]:
+  """'field: old -> new' for the fields under `sections` that differ (what shapes a state)."""
+  if not before:
+    return []
+  old, new = _flat(before), _flat(json.loads(config_to_json(after)))
+  keys = sorted(k for k in set(old) | set(new)
+                if any(k == s or k.startswith(s + ".") for s in sections))
+  return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}"
+          for k in keys if old.get(k, "<unset>") != new.get(k, "<unset>")]
+
+
+def mismatched_checkpoints(workdir: str, config: ml_collections.ConfigDict,
+                           error: Exception) -> ConfigError:
+  """The error for a workdir whose checkpoints do not fit `config`'s state (its model,
+  optimizer or algorithm changed since they were saved), naming what changed."""
+  changes = config_changes(stored_config(workdir), config)
+  what = (f"this config changes {'; '.join(changes[:6])}" if changes
+          else f"({' '.join(str(error).split())[:300]})")
+  return ConfigError("--workdir", workdir,
+                     f"holds checkpoints of another model, optimizer or algorithm: {what}. "
+                     "Resume with the config in its config.json, or use a new --workdir")
 
 
 def pretrained_path(config: ml_collections.ConfigDict) -> str:
@@ -77,8 +155,9 @@ def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> Mode
   """
   values = dict(config.model.to_dict()) if "model" in config else {}
   if pretrained_path(config):
-    base = pretrained.read_config(pretrained_path(config),
-                                  dtype=config.pretrained.get("dtype") or None)
+    with errors.reading("pretrained.path", pretrained_path(config)):
+      base = pretrained.read_config(pretrained_path(config),
+                                    dtype=config.pretrained.get("dtype") or None)
     overrides = {k: v for k, v in values.items() if not (k == "vocab_size" and not v)}
     values = {**base.to_dict(), **overrides}
   if values.get("vocab_size") in (None, 0) and tokenizer is not None:
@@ -98,6 +177,11 @@ class RunContext:
   tokenizer: Tokenizer
   model_config: ModelConfig
   root_key: jax.Array
+
+  def write_config(self):
+    """workdir/config.json: this run's resolved config (process 0 only)."""
+    if distributed.is_primary():
+      write_config(self.workdir, self.config)
 
   def key(self, stream: str) -> jax.Array:
     """A named PRNG stream derived from the root key (stable across runs)."""
@@ -137,7 +221,9 @@ def scoped_run(train_fn):
 
 
 def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -> RunContext:
-  """Validates the shared sections and writes workdir/config.json.
+  """Validates the shared sections; the trainer writes workdir/config.json
+  (`RunContext.write_config`) once its state is restored or created, so a run
+  that cannot start leaves a previous run's config.json as it was.
 
   `tokenizer`: use this one instead of loading `tokenizer.path` (e.g. the
   call-vocabulary tokenizer of `episodes.tokenizer="call_vocab"`).
@@ -151,11 +237,10 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -
   for name in ("seed", "mesh", "tokenizer"):
     if name not in config:
       raise ValueError(f"config is missing the {name!r} section")
+  check_seed(config)
   distributed.initialize(config.get("distributed"))
-  if distributed.is_primary():
-    write_config(workdir, config)
-  else:
-    ensure_workdir(workdir)
+  ensure_workdir(workdir)
+  check_run_layout(workdir)
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   sharding.validate_rules(rules, mesh.axis_names)
@@ -166,11 +251,12 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -
       raise MissingInputError("tokenizer.path", config.tokenizer.path,
                               "does not exist; build it with experiments/build_tokenizer.py "
                               "(same --config.tokenizer.path)")
-    tokenizer = load_tokenizer(config.tokenizer.path)
+    with errors.reading("tokenizer.path", config.tokenizer.path):
+      tokenizer = load_tokenizer(config.tokenizer.path)
   model_config = model_config_from(config, tokenizer)
   if model_config.vocab_size < tokenizer.vocab_size:
-    raise ValueError(f"model.vocab_size ({model_config.vocab_size}) is smaller than the "
-                     f"tokenizer's vocabulary ({tokenizer.vocab_size})")
+    raise ConfigError("model.vocab_size", model_config.vocab_size, f"is smaller than the "
+                      f"tokenizer's vocabulary ({tokenizer.vocab_size})")
   return RunContext(config=config, workdir=workdir, mesh=mesh, rules=rules,
                     tokenizer=tokenizer, model_config=model_config,
                     root_key=jax.random.key(int(config.seed)))
@@ -181,13 +267,22 @@ def pretrained_params(ctx: RunContext):
   path = pretrained_path(ctx.config)
   if not path:
     return None
-  stored, params = pretrained.load(path, mesh=ctx.mesh, rules=ctx.rules,
-                                   dtype=ctx.model_config.param_dtype)
-  shape_fields = ("vocab_size", "num_layers", "embed_dim", "num_heads", "num_kv_heads",
-                  "head_dim", "mlp_dim", "tie_embeddings", "qkv_bias")
-  diff = {k: (getattr(stored, k), getattr(ctx.model_config, k)) for k in shape_fields
-          if getattr(stored, k) != getattr(ctx.model_config, k)}
+  with errors.reading("pretrained.path", path):
+    stored, params = pretrained.load(path, mesh=ctx.mesh, rules=ctx.rules,
+                                     dtype=ctx.model_config.param_dtype)
+  diff = shape_differences(stored, ctx.model_config)
   if diff:
-    raise ValueError(f"pretrained.path={path!r} holds a model that differs from config.model "
-                     f"in {diff} (stored, configured)")
+    raise ConfigError("pretrained.path", path, f"holds a model that differs from config.model "
+                      f"in {diff} (stored, configured)")
   return params
+
+
+SHAPE_FIELDS = ("vocab_size", "num_layers", "embed_dim", "num_heads", "num_kv_heads",
+                "head_dim", "mlp_dim", "tie_embeddings", "qkv_bias")
+
+
+def shape_differences(stored: ModelConfig, configured: ModelConfig) -> dict:
+  """{field: (stored, configured)} for the fields that shape the params (not e.g.
+  attention_impl or dtypes, which a checkpoint does not fix)."""
+  return {k: (getattr(stored, k), getattr(configured, k)) for k in SHAPE_FIELDS
+          if getattr(stored, k) != getattr(configured, k)}

@@ -1,0 +1,101 @@
+"""A workdir rerun with a config its checkpoints do not fit: one clear error, the
+workdir's own config.json kept (a resume that crashed after overwriting it left a
+workdir that could no longer be evaluated or resumed)."""
+
+import json
+import os
+import types
+
+import pytest
+
+from configs import grpo_arithmetic, sft_arithmetic
+from rl_fixtures import DIGIT_DOMAIN
+from rl_post.errors import ConfigError
+from rl_post.rl import trainer as rl_trainer
+from rl_post.sft import trainer as sft_trainer
+from rl_post.training import run
+
+
+def _sft_config(tokenizer_path):
+  c = sft_arithmetic.get_config("tiny")
+  c.tokenizer.path = tokenizer_path
+  c.sft.update(num_steps=2, batch_size=4, checkpoint_every=2)
+  return c
+
+
+def _rl_config(tokenizer_path):
+  c = grpo_arithmetic.get_config("tiny")
+  c.tokenizer.path = tokenizer_path
+  c.tasks.update(domains=(DIGIT_DOMAIN,), difficulties=(1,), domain_options={}, heldout_size=8)
+  c.rl.update(max_prompt_len=24, max_new_tokens=4, batch_size=2, num_generations=2,
+              num_steps=1, checkpoint_every=1, eval_every=0)
+  c.rewards.num_workers = 0
+  return c
+
+
+@pytest.fixture(scope="module")
+def sft_workdir(tokenizer_path, tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("sft"))
+  sft_trainer.train(_sft_config(tokenizer_path), workdir)
+  return workdir
+
+
+def _config_json(workdir):
+  with open(os.path.join(workdir, "config.json")) as f:
+    return json.load(f)
+
+
+def test_resume_with_another_model_names_the_change_and_keeps_config_json(
+    tokenizer_path, sft_workdir):
+  before = _config_json(sft_workdir)
+  c = _sft_config(tokenizer_path)
+  c.model.num_layers = before["model"]["num_layers"] + 1
+  c.sft.num_steps = 4
+  with pytest.raises(ConfigError) as e:
+    sft_trainer.train(c, sft_workdir)
+  assert e.value.field == "--workdir"
+  layers = before["model"]["num_layers"]
+  assert f"model.num_layers: {layers} -> {layers + 1}" in e.value.problem
+  assert _config_json(sft_workdir) == before
+
+
+def test_another_kind_of_run_on_the_workdir_is_refused(tokenizer_path, sft_workdir, tmp_path):
+  before = _config_json(sft_workdir)
+  with pytest.raises(ConfigError, match="another kind of run's checkpoints"):
+    rl_trainer.train(_rl_config(tokenizer_path), sft_workdir)
+  assert _config_json(sft_workdir) == before
+  rl_workdir = str(tmp_path / "rl")
+  rl_trainer.train(_rl_config(tokenizer_path), rl_workdir)
+  with pytest.raises(ConfigError, match="holds an RL run's checkpoints"):
+    sft_trainer.train(_sft_config(tokenizer_path), rl_workdir)
+  assert _config_json(rl_workdir)["rl"]["num_steps"] == 1
+
+
+def test_a_file_where_the_checkpoints_go_is_a_workdir_error(tmp_path):
+  (tmp_path / "checkpoints").write_text("x")
+  with pytest.raises(ConfigError, match="has a file named 'checkpoints'"):
+    run.check_run_layout(str(tmp_path))
+  (tmp_path / "checkpoints").unlink()
+  (tmp_path / "config.json").mkdir()
+  with pytest.raises(ConfigError, match="has a directory named 'config.json'"):
+    run.check_run_layout(str(tmp_path))
+
+
+@run.scoped_run
+def _initial_params(config, workdir):
+  ctx = run.setup_run(config, workdir)
+  return rl_trainer._initial_params(ctx, types.SimpleNamespace(init_from=config.rl.init_from))
+
+
+def test_init_from_checks_the_params_shape_not_how_they_are_run(
+    tokenizer_path, sft_workdir, tmp_path):
+  c = _rl_config(tokenizer_path)
+  c.rl.init_from = os.path.join(sft_workdir, "export")
+  c.model.attention_impl = "xla"  # an export made with "auto" serves any attention
+  assert _initial_params(c, str(tmp_path / "a")) is not None
+  c.model.num_layers += 1
+  with pytest.raises(ConfigError) as e:
+    _initial_params(c, str(tmp_path / "b"))
+  assert e.value.field == "rl.init_from"
+  assert e.value.problem.startswith("holds a model that differs from config.model in "
+                                    "{'num_layers'")
