@@ -4,10 +4,13 @@ r"""Evaluates a checkpoint on the held-out tasks: workdir/eval.json and eval.md.
       --checkpoint=/tmp/rl_post/sft/export --workdir=/tmp/rl_post/eval_sft \
       --num_samples=8 --ks=1,4,8
 
---checkpoint: an export/ folder, a training workdir (newest checkpoint), a HF
+--checkpoint: an export/ folder, a training workdir (its newest readable
+checkpoint, recorded as checkpoint_step; the workdir is only read), a HF
 folder or a .gguf file. The config gives the tokenizer, the held-out tasks
 (tasks.*, seed) and the decoding defaults (rl.temperature,
-rl.max_new_tokens, rl.max_prompt_len).
+rl.max_new_tokens, rl.max_prompt_len). A checkpoint or tokenizer file that
+cannot be read is a one-line error naming --checkpoint or tokenizer.path
+(exit status 2; docs/cli.md).
 """
 
 import _bootstrap  # noqa: F401

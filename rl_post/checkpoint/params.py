@@ -28,25 +28,68 @@ def save_params(directory: str, model_config: ModelConfig, params) -> str:
 
 
 def load_model_config(directory: str) -> ModelConfig:
+  """The ModelConfig an export was saved with.
+
+  Raises:
+    FileNotFoundError: `directory` has no model_config.json.
+    ValueError: model_config.json is not JSON or not a model config.
+  """
   path = os.path.join(directory, _CONFIG_FILE)
   if not os.path.exists(path):
     raise FileNotFoundError(f"no exported params in {directory!r} (missing {_CONFIG_FILE}); "
                             "point it at the `export/` folder of a finished SFT run")
   with open(path) as f:
-    return ModelConfig.from_dict(json.load(f))
+    try:
+      values = json.load(f)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+      raise ValueError(f"{path} is not valid JSON ({e})") from e
+  if not isinstance(values, dict):
+    raise ValueError(f"{path} is not a JSON object")
+  return ModelConfig.from_dict(values)
 
 
 def load_params(directory: str, abstract_params):
-  """Restores params into `abstract_params` (ShapeDtypeStructs with shardings)."""
+  """Restores params into `abstract_params` (ShapeDtypeStructs with shardings).
+
+  Raises:
+    FileNotFoundError: the export has no params/ folder.
+    ValueError: the stored params do not match `abstract_params`, or their
+      files are truncated or corrupt.
+  """
   path = os.path.join(os.path.abspath(directory), _PARAMS_DIR)
   if not os.path.isdir(path):
-    raise FileNotFoundError(f"no params checkpoint at {path!r}")
+    raise FileNotFoundError(f"the export {directory!r} has no {_PARAMS_DIR}/ folder (only "
+                            f"{_CONFIG_FILE}?): it is incomplete; export it again")
   with ocp.StandardCheckpointer() as checkpointer:
+    _check_matches(_stored_tree(checkpointer, path), abstract_params)
+    try:
+      return checkpointer.restore(path, abstract_params)
+    except Exception as e:  # orbax and tensorstore raise bare Exceptions on bad files
+      raise ValueError(f"params checkpoint {path!r} is truncated or corrupt: "
+                       f"{innermost_error(e)}") from e
+
+
+def _stored_tree(checkpointer, path: str):
+  """The stored params' metadata tree; ValueError if the checkpoint's files are unreadable."""
+  try:
     stored = checkpointer.metadata(path)
-    stored_tree = getattr(stored, "item_metadata", stored)
-    stored_tree = getattr(stored_tree, "tree", stored_tree)
-    _check_matches(stored_tree, abstract_params)
-    return checkpointer.restore(path, abstract_params)
+  except Exception as e:  # as in load_params
+    raise ValueError(f"params checkpoint {path!r} is unreadable: {innermost_error(e)}") from e
+  stored_tree = getattr(stored, "item_metadata", stored)
+  stored_tree = getattr(stored_tree, "tree", stored_tree)
+  if not jax.tree_util.tree_leaves(stored_tree):
+    raise ValueError(f"params checkpoint {path!r} is corrupt: its metadata lists no arrays")
+  return stored_tree
+
+
+def innermost_error(e: BaseException) -> str:
+  """"<type>: <first line>" of the innermost exception `e` was raised from: tensorstore's
+  own message (e.g. a byte range past the end of a file) under orbax's wrappers."""
+  seen = set()
+  while id(e) not in seen and (e.__cause__ or e.__context__) is not None:
+    seen.add(id(e))
+    e = e.__cause__ or e.__context__
+  return f"{type(e).__name__}: " + (str(e).strip().splitlines() or ["no message"])[0][:300]
 
 
 def _check_matches(stored_tree, abstract_params):

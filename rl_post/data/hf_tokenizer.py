@@ -96,12 +96,17 @@ def from_tokenizer_json(path: str) -> HFTokenizer:
   file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
   if not os.path.exists(file):
     raise FileNotFoundError(f"no tokenizer.json at {file!r}")
-  tok = Tokenizer.from_file(file)
+  try:
+    tok = Tokenizer.from_file(file)
+  except Exception as e:  # tokenizers raises a bare Exception on a malformed file
+    raise ValueError(f"{file} is not a valid tokenizer.json ({e})") from e
   settings = {}
   config_path = os.path.join(directory, "tokenizer_config.json")
   if os.path.exists(config_path):
     with open(config_path) as f:
       settings = json.load(f)
+    if not isinstance(settings, dict):
+      raise ValueError(f"{config_path} is not a JSON object")
   template = settings.get("chat_template")
   jinja_path = os.path.join(directory, "chat_template.jinja")
   if template is None and os.path.exists(jinja_path):

@@ -49,7 +49,11 @@ class SentencePieceTokenizer:
     if not os.path.exists(self.model_path):
       raise FileNotFoundError(f"tokenizer model {self.model_path!r} does not exist; "
                               "build it with experiments/build_tokenizer.py")
-    self._sp = spm.SentencePieceProcessor(model_file=self.model_path)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_file=self.model_path)
+    except RuntimeError as e:  # sentencepiece's parse error on a cut-off or foreign file
+      raise ValueError(f"tokenizer model {self.model_path!r} is truncated or not a "
+                       f"SentencePiece model ({e})") from e
     self.vocab_size = self._sp.get_piece_size()
     self.pad_id, self.bos_id, self.eos_id = self._sp.pad_id(), self._sp.bos_id(), self._sp.eos_id()
 

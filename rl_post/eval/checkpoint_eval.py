@@ -5,12 +5,15 @@
     write_outputs("/tmp/rl_post/eval", result)    # eval.json, eval.md
 
 A checkpoint is any of: an exported params folder (`export/` of an SFT run,
-with model_config.json), a training workdir (its newest `checkpoints/`
-step, with the workdir's config.json), a HF safetensors folder or a .gguf
-file. The held-out tasks come from `config.tasks` and `config.seed` (the
-same set the trainers hold out: the fixed eval sets of `tasks.eval_sets`,
-else drawn from the held-out stream), so two checkpoints evaluated with one
-config are scored on the same problems, in the same order.
+with model_config.json), a training workdir (its newest readable
+`checkpoints/` step, with the workdir's config.json; read only, so a corrupt
+newer step is skipped and logged, never moved aside), a HF safetensors folder
+or a .gguf file. A file that cannot be read is a `MissingInputError` naming
+`--checkpoint` (or `tokenizer.path`). The held-out tasks come from
+`config.tasks` and `config.seed` (the same set the trainers hold out: the
+fixed eval sets of `tasks.eval_sets`, else drawn from the held-out stream),
+so two checkpoints evaluated with one config are scored on the same
+problems, in the same order.
 
 Two decodings: greedy (one response per problem: completion rate) and
 sampled at `temperature` (n = `num_samples` responses per problem: pass@k
@@ -18,28 +21,34 @@ with the unbiased estimator for every k in `ks`). Both are broken down per
 domain and per difficulty level.
 """
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
+from typing import Any
 
+from absl import logging
 import jax
 import ml_collections
 import numpy as np
 
-from rl_post.checkpoint.manager import CheckpointManager
-from rl_post.checkpoint.params import load_model_config, load_params
+from rl_post import errors
+from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
+from rl_post.checkpoint.params import innermost_error, load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data.hf_tokenizer import load_tokenizer
 from rl_post.data import eval_sets
 from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.eval import completion, report, stats
-from rl_post.models import pretrained
+from rl_post.models import ModelConfig, pretrained
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import RewardConfig
+from rl_post.rl import config as rl_config
+from rl_post.rl import critic as critic_lib
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
@@ -92,27 +101,105 @@ def settings_from(config: ml_collections.ConfigDict, **flags) -> EvalSettings:
   return EvalSettings(**{k: v for k, v in values.items() if v is not None})
 
 
-def _exported(path, config, tokenizer, mesh, rules):
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """A checkpoint's model, read for evaluation.
+
+  Attributes:
+    model_config: the model's ModelConfig.
+    params: its params, placed on the mesh.
+    step: the training step (a training workdir's checkpoint), else None.
+    skipped_steps: the workdir's newer steps that cannot be read, newest
+      first: ({"step", "reason" ("unreadable" or "checksum"), "error"}, ...).
+  """
+  model_config: ModelConfig
+  params: Any
+  step: int | None = None
+  skipped_steps: tuple[dict, ...] = ()
+
+
+def _exported(path, config, tokenizer, mesh, rules) -> Loaded:
   model_config = load_model_config(path)
-  return model_config, load_params(
-      path, state_lib.abstract_sharded_params(model_config, mesh, rules))
+  return Loaded(model_config, load_params(
+      path, state_lib.abstract_sharded_params(model_config, mesh, rules)))
 
 
-def _training_workdir(path, config, tokenizer, mesh, rules):
-  with open(os.path.join(path, "config.json")) as f:
-    stored = ml_collections.ConfigDict(json.load(f))
-  model_config = model_config_from(stored, tokenizer)
-  optimizer = make_optimizer(from_section(OptimizerConfig, stored.get("optimizer"), "optimizer"))
+def _stored_config(path: str) -> ml_collections.ConfigDict:
+  """The config.json a training workdir was trained with."""
+  with errors.reading("--checkpoint", path, "has an unreadable config.json"):
+    with open(os.path.join(path, "config.json")) as f:
+      values = json.load(f)
+    if not isinstance(values, dict):
+      raise ValueError("config.json is not a JSON object")
+  return ml_collections.ConfigDict(values)
+
+
+@contextlib.contextmanager
+def _blamed_on_workdir_config(path: str):
+  """A bad value in the workdir's own config.json names --checkpoint (the --config
+  field of the same name may be fine: it is not what is read here)."""
+  try:
+    yield
+  except (errors.UserError, ValueError, TypeError, KeyError) as e:
+    detail = " ".join(str(e).split())[:400]
+    raise MissingInputError("--checkpoint", path, "holds a config.json (the config its run "
+                            f"was trained with) that is not valid: {detail}") from e
+
+
+def _abstract_train_state(stored, model_config, mesh, rules):
+  """The restore target of a workdir's steps: the TrainState its trainer saved, with
+  the critic and its optimizer state when its RL algorithm has one (PPO)."""
+  opt = from_section(OptimizerConfig, stored.get("optimizer"), "optimizer")
+  optimizer = make_optimizer(opt)
   abstract = state_lib.abstract_state(model_config, optimizer, mesh, rules)
+  rl = rl_config.load(stored.get("rl"))
+  if not rl.uses_critic:
+    return abstract
+  critic_optimizer = critic_lib.make_critic_optimizer(opt, rl.algo.critic_learning_rate)
+  shardings = critic_lib.with_critic_shardings(
+      state_lib.state_shardings(model_config, optimizer, mesh, rules), rl.algo.critic,
+      model_config, critic_optimizer, mesh, rules)
+  return critic_lib.with_abstract_critic(abstract, shardings, rl.algo.critic, model_config,
+                                         critic_optimizer)
+
+
+def _newest_readable_step(path: str, abstract):
+  """(state, step, skipped) of the newest step of the workdir that restores.
+
+  Read only: a corrupt step is logged and skipped, never moved aside (as the
+  trainers' own fallback does), so evaluating a run cannot change it.
+  """
   with CheckpointManager(os.path.join(path, "checkpoints")) as manager:
-    if manager.latest_step() is None:
+    steps = manager.all_steps()
+    if not steps:
       raise MissingInputError("--checkpoint", path, "the training workdir has no checkpoint yet")
-    state, _ = manager.restore(abstract, fallback=True)
-  return model_config, state.params
+    skipped = []
+    for step in reversed(steps):
+      try:
+        state, _ = manager.restore(abstract, step, fallback=False)
+      except CorruptCheckpointError as e:
+        error = f"{e.reason}: {innermost_error(e)}"
+        logging.warning("not evaluating checkpoint step %d of %s: %s", step, path, error)
+        skipped.append({"step": step, "reason": e.reason, "error": error})
+        continue
+      return state, step, tuple(skipped)
+  raise MissingInputError("--checkpoint", path, f"none of its checkpoint steps {steps} can be "
+                          f"read (step {steps[-1]}: {skipped[0]['error']})")
 
 
-def _pretrained(path, config, tokenizer, mesh, rules):
-  return pretrained.load(path, mesh=mesh, rules=rules)
+def _training_workdir(path, config, tokenizer, mesh, rules) -> Loaded:
+  stored = _stored_config(path)
+  with _blamed_on_workdir_config(path):
+    model_config = model_config_from(stored, tokenizer)
+    abstract = _abstract_train_state(stored, model_config, mesh, rules)
+  state, step, skipped = _newest_readable_step(path, abstract)
+  newer = f" (newer steps {[s['step'] for s in skipped]} cannot be read)" if skipped else ""
+  logging.info("evaluating checkpoint step %d of %s%s", step, path, newer)
+  return Loaded(model_config, state.params, step, skipped)
+
+
+def _pretrained(path, config, tokenizer, mesh, rules) -> Loaded:
+  return Loaded(*pretrained.load(path, mesh=mesh, rules=rules))
 
 
 def checkpoint_kind(path: str) -> str:
@@ -133,14 +220,21 @@ def checkpoint_kind(path: str) -> str:
 _LOADERS = {"export": _exported, "workdir": _training_workdir, "pretrained": _pretrained}
 
 
-def load_checkpoint(path: str, config, tokenizer, mesh, rules):
-  """(ModelConfig, params placed on `mesh`) for any checkpoint kind."""
-  model_config, params = _LOADERS[checkpoint_kind(path)](path, config, tokenizer, mesh, rules)
-  if model_config.vocab_size < tokenizer.vocab_size:
+def load_checkpoint(path: str, config, tokenizer, mesh, rules) -> Loaded:
+  """The model of any checkpoint kind, its params placed on `mesh`.
+
+  Raises:
+    MissingInputError: naming --checkpoint, for a path that holds no
+      checkpoint or one whose files cannot be read (truncated, garbled).
+    ConfigError: naming tokenizer.path, for a tokenizer bigger than the model.
+  """
+  with errors.reading("--checkpoint", path):
+    loaded = _LOADERS[checkpoint_kind(path)](path, config, tokenizer, mesh, rules)
+  if loaded.model_config.vocab_size < tokenizer.vocab_size:
     raise ConfigError("tokenizer.path", config.tokenizer.path,
                       f"has {tokenizer.vocab_size} tokens but the checkpoint's model only "
-                      f"{model_config.vocab_size}")
-  return model_config, params
+                      f"{loaded.model_config.vocab_size}")
+  return loaded
 
 
 def heldout_tasks(config: ml_collections.ConfigDict):
@@ -172,17 +266,22 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
   limit), as in training; their errors are counted under "verifier_errors".
 
   Returns:
-    The eval.json content: settings, per-group summaries (`summarize`),
-    verifier error counts and per-problem arrays (domain, difficulty, greedy_correct, sampled_num_correct).
+    The eval.json content: the checkpoint, its training step (`checkpoint_step`,
+    None unless a training workdir) and the newer steps skipped as unreadable
+    (`skipped_steps`), settings, per-group summaries (`summarize`),
+    verifier error counts and per-problem arrays (domain, difficulty,
+    greedy_correct, sampled_num_correct).
   """
   if not os.path.exists(checkpoint):
     raise MissingInputError("--checkpoint", checkpoint, "does not exist")
   if not os.path.exists(config.tokenizer.path):
     raise MissingInputError("tokenizer.path", config.tokenizer.path, "does not exist")
-  tokenizer = load_tokenizer(config.tokenizer.path)
+  with errors.reading("tokenizer.path", config.tokenizer.path):
+    tokenizer = load_tokenizer(config.tokenizer.path)
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
-  model_config, params = load_checkpoint(checkpoint, config, tokenizer, mesh, rules)
+  loaded = load_checkpoint(checkpoint, config, tokenizer, mesh, rules)
+  model_config, params = loaded.model_config, loaded.params
   tasks = heldout_tasks(config)
   shard = functools.partial(sharding.shard_batch, mesh=mesh, rules=rules)
   domain_options = config.tasks.get("domain_options")
@@ -198,6 +297,8 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
                   rng=jax.random.fold_in(rng, 1), num_samples=settings.num_samples)
   return {
       "checkpoint": os.path.abspath(checkpoint),
+      "checkpoint_step": loaded.step,
+      "skipped_steps": list(loaded.skipped_steps),
       "settings": dataclasses.asdict(settings),
       "groups": summarize(greedy, sampled, settings.ks),
       "verifier_errors": {"greedy": dict(greedy.get("errors", {})),
@@ -273,5 +374,19 @@ def write_outputs(workdir: str, result: dict) -> dict[str, str]:
   with open(paths["json"], "w", encoding="utf-8") as f:
     json.dump(result, f, indent=2)
   with open(paths["markdown"], "w", encoding="utf-8") as f:
-    f.write(report.render_checkpoint_eval(result))
+    f.write(_with_step_note(report.render_checkpoint_eval(result), result))
   return paths
+
+
+def _with_step_note(markdown: str, result: dict) -> str:
+  """eval.md with the evaluated training step (and the skipped newer ones) under its title."""
+  step = result.get("checkpoint_step")
+  if step is None:
+    return markdown
+  note = f"Training checkpoint step {step}."
+  skipped = result.get("skipped_steps") or []
+  if skipped:
+    note += " Newer steps skipped, they cannot be read: " + ", ".join(
+        f"{s['step']} ({s['reason']})" for s in skipped) + "."
+  title, _, rest = markdown.partition("\n")
+  return f"{title}\n\n{note}\n{rest}"

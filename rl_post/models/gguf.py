@@ -11,6 +11,7 @@ the file's metadata are rebuilt by `rl_post.data.hf_tokenizer`.
 """
 
 import collections
+import functools
 import glob
 import importlib.util
 import os
@@ -85,10 +86,53 @@ def _unpermute(w, num_heads: int):
 
 
 def open_reader(path: str):
+  """A `gguf.GGUFReader` over `path`.
+
+  Raises:
+    FileNotFoundError: there is no such file.
+    ValueError: the file is empty, is not a GGUF file, or is truncated (its
+      metadata or a tensor's data runs past the end of the file).
+  """
   if not os.path.exists(path):
     raise FileNotFoundError(f"GGUF file {path!r} does not exist")
+  size = os.path.getsize(path)
+  if size == 0:
+    raise ValueError(f"GGUF file {path!r} is empty")
+  with open(path, "rb") as f:
+    if f.read(4) != b"GGUF":
+      raise ValueError(f"{path!r} is not a GGUF file (it does not start with b'GGUF')")
+  try:
+    return _checked_reader_class()(path)
+  except IndexError as e:  # numpy indexing past the end of a cut-off header
+    raise ValueError(f"GGUF file {path!r} is truncated or corrupt: its metadata runs past the "
+                     f"end of the file ({size} bytes)") from e
+
+
+@functools.cache
+def _checked_reader_class():
+  """`gguf.GGUFReader` that checks every tensor's data lies inside the file."""
   import gguf as gguf_lib  # optional dependency, imported on use
-  return gguf_lib.GGUFReader(path)
+
+  class CheckedReader(gguf_lib.GGUFReader):
+
+    def _build_tensors(self, start_offs, fields):
+      for field in fields:
+        _check_tensor_extent(field, start_offs, len(self.data), self.data.filename)
+      super()._build_tensors(start_offs, fields)
+
+  return CheckedReader
+
+
+def _check_tensor_extent(field, data_start: int, file_size: int, path: str):
+  """Raises ValueError if the tensor described by a GGUF tensor-info `field` ends past EOF."""
+  import gguf as gguf_lib  # optional dependency
+  _, name_data, _, dims, raw_dtype, offset = field.parts
+  block_size, type_size = gguf_lib.GGML_QUANT_SIZES[gguf_lib.GGMLQuantizationType(raw_dtype[0])]
+  end = data_start + int(offset[0]) + int(np.prod(dims, dtype=np.int64)) * type_size // block_size
+  if end > file_size:
+    name = bytes(name_data).decode("utf-8", errors="replace")
+    raise ValueError(f"GGUF file {path!r} is truncated: tensor {name!r} ends at byte {end}, "
+                     f"the file has {file_size}")
 
 
 def metadata(reader, key: str, default=None):

@@ -137,7 +137,13 @@ def read_config(hf_dir: str, *, dtype: str | None = None) -> ModelConfig:
   if not os.path.exists(path):
     raise FileNotFoundError(f"no {CONFIG_FILE} in {hf_dir!r}")
   with open(path) as f:
-    return config_from_hf(json.load(f), dtype=dtype)
+    try:
+      hf_config = json.load(f)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+      raise ValueError(f"{path} is not valid JSON ({e})") from e
+  if not isinstance(hf_config, dict):
+    raise ValueError(f"{path} is not a JSON object")
+  return config_from_hf(hf_config, dtype=dtype)
 
 
 # ----------------------------------------------------------------------------- load

@@ -33,7 +33,8 @@ class SafetensorsDir:
     index = os.path.join(directory, INDEX_FILE)
     if os.path.exists(index):
       with open(index) as f:
-        weight_map = json.load(f).get("weight_map")
+        contents = json.load(f)
+      weight_map = contents.get("weight_map") if isinstance(contents, dict) else None
       if not isinstance(weight_map, dict):
         raise ValueError(f"{index} has no 'weight_map'")
       files = sorted(set(weight_map.values()))
@@ -73,9 +74,27 @@ class SafetensorsDir:
 
 
 def _read_header(path: str) -> dict:
+  """{tensor: (path, shape, dtype, begin, end)}, checked against the file's size.
+
+  Raises:
+    ValueError: the file is truncated (shorter than its header or a tensor's
+      data offsets say), is not a safetensors file, or holds an unsupported dtype.
+  """
+  size = os.path.getsize(path)
   with open(path, "rb") as f:
-    (length,) = struct.unpack("<Q", f.read(8))
-    header = json.loads(f.read(length))
+    prefix = f.read(8)
+    if len(prefix) < 8:
+      raise ValueError(f"{path} is truncated: {size} bytes, less than the 8-byte header length")
+    (length,) = struct.unpack("<Q", prefix)
+    if 8 + length > size:
+      raise ValueError(f"{path} is truncated or not a safetensors file: its header length "
+                       f"says {8 + length} bytes, the file has {size}")
+    try:
+      header = json.loads(f.read(length))
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+      raise ValueError(f"{path} is not a safetensors file: its header is not JSON ({e})") from e
+  if not isinstance(header, dict):
+    raise ValueError(f"{path} is not a safetensors file: its header is not a JSON object")
   base = 8 + length
   out = {}
   for name, info in header.items():
@@ -83,9 +102,23 @@ def _read_header(path: str) -> dict:
       continue
     if info["dtype"] not in _DTYPES:
       raise ValueError(f"tensor {name!r} in {path} has unsupported dtype {info['dtype']!r}")
-    begin, end = info["data_offsets"]
-    out[name] = (path, tuple(info["shape"]), _DTYPES[info["dtype"]], base + begin, base + end)
+    entry = (path, tuple(info["shape"]), _DTYPES[info["dtype"]], base + info["data_offsets"][0],
+             base + info["data_offsets"][1])
+    _check_extent(name, entry, size)
+    out[name] = entry
   return out
+
+
+def _check_extent(name: str, entry: tuple, file_size: int):
+  """Raises ValueError if tensor `name`'s bytes do not fit its shape or the file."""
+  path, shape, dtype, begin, end = entry
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  if end - begin != nbytes:
+    raise ValueError(f"tensor {name!r} in {path} has data_offsets spanning {end - begin} bytes, "
+                     f"its shape {shape} and dtype need {nbytes}")
+  if end > file_size:
+    raise ValueError(f"{path} is truncated: tensor {name!r} ends at byte {end}, the file has "
+                     f"{file_size}")
 
 
 def write_file(path: str, tensors: dict[str, np.ndarray]):
