@@ -18,6 +18,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from rl_post import cli, seed_runs
+from rl_post.errors import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_bootstrap.ROOT, "configs", "demo.py"), "Config file.",
@@ -30,6 +31,9 @@ _JOBS = flags.DEFINE_integer("jobs", 1, "Seeds run at once, each in its own proc
 
 def main(argv):
   del argv
+  if "seed" in config_flags.get_override_values(flags.FLAGS["config"]):
+    raise ConfigError("--config.seed", _CONFIG.value.seed, "is set for each run by --seeds; "
+                      "use --seeds instead")
   command = " ".join(shlex.quote(a) for a in ["python", *sys.argv])
   result = seed_runs.run(_CONFIG.value, _WORKDIR.value, _SEEDS.value, command=command,
                          jobs=_JOBS.value)

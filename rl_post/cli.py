@@ -29,6 +29,10 @@ from rl_post.training.run import ensure_workdir
 EXIT_USER_ERROR = 2
 _FIELD_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _UNKNOWN_RE = re.compile(r"unknown field\(s\) (\[[^\]]*\])")
+# What follows the field in a validation message: "rl: ...", "rl.x=3: ..." or
+# "rl.x must ..."; a message that merely starts with a section's name is not one.
+_FIELD_THEN = re.compile(r"[:=]|\s+(must|should|needs?|is|are|has|have|cannot|can|requires|"
+                         r"does|do|holds|expects|exceeds|contains)\b")
 _MISSING = object()
 
 
@@ -62,6 +66,8 @@ def config_error_line(config: Any, message: str) -> str | None:
   match = _FIELD_RE.match(message)
   if config is None or not match or match.group(0).split(".")[0] not in config:
     return None
+  if not _FIELD_THEN.match(message[match.end():]):  # e.g. "rewards of shape (6,) ...": a bug
+    return None
   path = match.group(0)
   problem = " ".join(message[match.end():].lstrip(" :").split())  # one line
   unknown = _UNKNOWN_RE.search(message)
@@ -86,6 +92,87 @@ def _flag_value(name: str) -> Any:
   return flags.FLAGS[name].value if name in flags.FLAGS else None
 
 
+def _root_cause(error: BaseException) -> BaseException:
+  while error.__cause__ is not None or error.__context__ is not None:
+    error = error.__cause__ or error.__context__
+  return error
+
+
+def _one_line(text: str) -> str:
+  return " ".join(text.split())
+
+
+def flag_error_line(message: str) -> str:
+  """`--flag=value: problem` for absl's flag parsing message.
+
+  absl says e.g. "flag --config.rl.num_steps=abc: invalid literal for int()
+  ...", "Unknown command line flag 'bogus'", or for a config file that fails
+  to load, a traceback whose last line is the problem.
+  """
+  unknown = re.match(r"Unknown command line flag '([^']*)'", message)
+  if unknown:
+    return f"--{unknown.group(1)}: unknown flag"
+  match = re.match(r"\s*flag (--[\w.]+)=(.*?): (.*)", message, re.S)
+  if not match:
+    return _one_line(message)
+  name, value, problem = match.groups()
+  if "must have a value other than None" in problem:
+    return f"{name}: is required"
+  lines = [line.strip() for line in problem.strip().splitlines() if line.strip()]
+  problem = lines[-1] if len(lines) > 1 else _one_line(problem)  # a traceback's last line
+  return f"{name}={value!r}: {problem}"
+
+
+def _override_of_unknown_field(argv: list[str], error: Exception) -> str:
+  """`--config.<path>=value: no field ...` for ml_collections' bare error on an override
+  of a field the config lacks (its message is the field name plus a suggestion)."""
+  while error.args and isinstance(error.args[0], BaseException):  # AttributeError(KeyError)
+    error = error.args[0]
+  text = str(error.args[0]) if error.args else ""
+  key = re.match(r"\s*'([^']*)'", text)
+  if not key:
+    return ""
+  suggestion = re.search(r'Did you mean "([^"]*)"', text)
+  for arg in argv[1:]:
+    match = re.match(r"(--\w+(?:\.\w+)*?\.%s(?:\.[\w.]+)?)(?:=(.*))?$"
+                     % re.escape(key.group(1)), arg)
+    if match:
+      hint = f" (did you mean {suggestion.group(1)!r}?)" if suggestion else ""
+      return (f"{match.group(1)}={match.group(2)!r}: the config has no field "
+              f"{key.group(1)!r}{hint}")
+  return ""
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing (`app.run`'s `flags_parser`), with a bad flag, a bad
+  `--config.*` override or a config file that cannot be loaded reported as one
+  line and exit status 2 (absl prints usage and exits 1)."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    fail(flag_error_line(str(e)))
+  except (AttributeError, KeyError) as e:  # ml_collections: a field the config lacks
+    line = _override_of_unknown_field(argv, e)
+    if not line:
+      raise
+    fail(line)
+
+
+def _loaded_config() -> Any:
+  """The `--config` flag's config, or None; a file that cannot be loaded is a user error
+  (ml_collections defers the failure to the first read of the flag)."""
+  if "config" not in flags.FLAGS:
+    return None
+  try:
+    config = flags.FLAGS["config"].value
+    _ = config.keys() if config is not None else None  # a failed load raises on first use
+    return config
+  except OSError as e:
+    name = getattr(flags.FLAGS["config"], "config_filename", None)
+    lines = str(_root_cause(e)).strip().splitlines() or [type(e).__name__]
+    fail(f"--config={name!r}: cannot be loaded ({lines[-1].strip()})")
+
+
 def fail(line: str):
   """Prints `error: <line>` to stderr and exits with status 2."""
   print(f"error: {line}", file=sys.stderr, flush=True)
@@ -94,11 +181,10 @@ def fail(line: str):
 
 def guarded(main: Callable[[list[str]], Any], argv: list[str]) -> Any:
   """Runs `main(argv)`, turning user errors into one line and exit status 2."""
-  config = _flag_value("config")
+  config = _loaded_config()
   try:
-    workdir = _flag_value("workdir")
-    if workdir:
-      ensure_workdir(workdir)
+    if "workdir" in flags.FLAGS and flags.FLAGS["workdir"].present:
+      ensure_workdir(_flag_value("workdir"))  # "" too: it names no folder
     return main(argv)
   except UserError as e:
     fail(str(e))
@@ -120,4 +206,4 @@ def run(main: Callable[[list[str]], Any]):
     host_memory.apply_policy()
   except ValueError as e:  # an unknown RL_POST_HOST_MALLOC
     fail(str(e))
-  app.run(lambda argv: guarded(main, argv))
+  app.run(lambda argv: guarded(main, argv), flags_parser=parse_flags)

@@ -23,6 +23,7 @@ from rl_post.checkpoint.params import load_params, save_params
 from rl_post.config_sections import from_section
 from rl_post.data import build_tokenizer
 from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.errors import ConfigError
 from rl_post.eval import demo_tables
 from rl_post.eval.completion import evaluate
 from rl_post.eval.report import write_report
@@ -31,11 +32,12 @@ from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rl import trainer as rl_trainer
 from rl_post.rl import config as rl_config_lib
+from rl_post.rl.components import rl_sections
 from rl_post.rl.config import RLConfig
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.sft import trainer as sft_trainer
 from rl_post.training import state as state_lib
-from rl_post.training.run import model_config_from, write_config
+from rl_post.training.run import check_seed, model_config_from, write_config
 
 
 def _stage_config(config, optimizer_key: str) -> ml_collections.ConfigDict:
@@ -77,8 +79,6 @@ def _control_sft(config, sft_dir: str, control_dir: str) -> str:
   export dir.
   """
   extra = int(config.control.num_steps)
-  if extra < 1:
-    raise ValueError(f"control.num_steps must be >= 1, got {extra}")
   stage = _stage_config(config, "sft_optimizer")
   total = int(config.sft.num_steps) + extra
   stage.sft.num_steps = total
@@ -107,6 +107,20 @@ def _write_demo_tables(paths: dict, tables: dict, wall_s: dict) -> None:
     f.write("\n" + demo_tables.render_markdown(tables, wall_s))
 
 
+def check_stages(config: ml_collections.ConfigDict):
+  """Parses every stage's sections (SFT, RL, control, evaluation) before any stage runs,
+  so a bad value fails in seconds, not after the tokenizer, SFT and RL have run."""
+  check_seed(config)
+  sft_trainer.sft_sections(_stage_config(config, "sft_optimizer"))
+  rl_sections(_stage_config(config, "optimizer"))
+  if int(config.control.num_steps) < 1:
+    raise ConfigError("control.num_steps", config.control.num_steps, "must be >= 1")
+  batch_size = int(config.get("eval", {}).get("batch_size", 0))
+  if batch_size < 0:
+    raise ConfigError("eval.batch_size", batch_size, "must be >= 1 (or 0: rl's rollouts per "
+                      "step)")
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs every stage under `workdir`; returns the before/after evals.
 
@@ -114,6 +128,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """
   config = ml_collections.ConfigDict(config.to_dict())
   config.tokenizer.path = config.tokenizer.path.format(workdir=os.path.abspath(workdir))
+  check_stages(config)
   write_config(workdir, config)
   tokenizer = build_tokenizer.build(config)
   sft_dir, rl_dir = os.path.join(workdir, "sft"), os.path.join(workdir, "rl")

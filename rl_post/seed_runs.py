@@ -79,6 +79,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
   seeds = check_seeds(seeds)
   if jobs < 1:
     raise ConfigError("--jobs", jobs, "must be >= 1")
+  for seed in seeds:  # every stage of every seed, before the first one runs
+    pipeline.check_stages(ml_collections.ConfigDict(dict(config.to_dict(), seed=seed)))
   os.makedirs(workdir, exist_ok=True)
   rows, start = [], time.monotonic()
   config_dict = config.to_dict()

@@ -103,6 +103,10 @@ def test_config_error_line_forms():
       "rl: minibatch size 3 must divide"
   # Not a field of the config: not a user error.
   assert cli.config_error_line(config, "shapes (3,) and (4,) differ") is None
+  # Starts with a section's name but is about something else: a bug, not a user error.
+  for bug in ("rewards of shape (6,) do not split into groups of 4",
+              "seed 3: report summary lacks 'demo'", "eval 'after' must list the same problems"):
+    assert cli.config_error_line(config, bug) is None, bug
   assert cli.config_error_line(None, "rl.clip_low must be in [0, 1)") is None
 
 
@@ -128,3 +132,37 @@ def test_user_errors_exit_2(capsys):
   # They are still the built-in exceptions callers catch.
   assert isinstance(ConfigError("a", 1, "b"), ValueError)
   assert isinstance(MissingInputError("a", 1, "b"), FileNotFoundError)
+
+
+def test_flag_parsing_errors_are_one_line():
+  assert cli.flag_error_line("flag --config.rl.num_steps=abc: invalid literal for int() with "
+                             "base 10: 'abc'") == \
+      "--config.rl.num_steps='abc': invalid literal for int() with base 10: 'abc'"
+  assert cli.flag_error_line("Unknown command line flag 'bogus'") == "--bogus: unknown flag"
+  assert cli.flag_error_line("flag --config=None: Flag --config must have a value other than "
+                             "None.") == "--config: is required"
+  assert cli.flag_error_line(  # a config file that raises while loading: its last line
+      "flag --config=c.py:huge: Error whilst parsing config file:\n\n  Traceback (most "
+      "recent call last):\n  ...\n  ValueError: unknown variant 'huge'\n") == \
+      "--config='c.py:huge': ValueError: unknown variant 'huge'"
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--config.rl.num_generation=4"], "error: --config.rl.num_generation='4': the config has "
+     "no field 'num_generation' (did you mean 'num_generations'?)"),
+    (["--config.rl.num_steps=abc"],
+     "error: --config.rl.num_steps='abc': invalid literal for int() with base 10: 'abc'"),
+])
+def test_bad_overrides_are_one_line_and_touch_nothing(tmp_path, args, expected):
+  proc = _run(["experiments/train_rl.py", "--config=configs/grpo_arithmetic.py:tiny",
+               f"--workdir={tmp_path / 'run'}", *args])
+  _assert_one_line_error(proc, expected)
+  assert not (tmp_path / "run").exists()
+
+
+def test_a_config_file_that_does_not_exist_is_one_line(tmp_path):
+  proc = _run(["experiments/evaluate.py", "--config=configs/nope.py", "--checkpoint=/x",
+               f"--workdir={tmp_path / 'eval'}"])
+  _assert_one_line_error(proc, "error: --config='configs/nope.py': cannot be loaded ([Errno 2] "
+                               "No such file or directory: 'configs/nope.py')")
+  assert not (tmp_path / "eval").exists()

@@ -1,10 +1,19 @@
 """A bad config value fails at start-up with a message naming the field."""
 
+import os
+import types
+
 import jax
+import numpy as np
 import pytest
 
-from configs import grpo_arithmetic, sft_arithmetic
+from configs import demo, grpo_arithmetic, sft_arithmetic
+from rl_post import pipeline
+from rl_post.data import batching, mixture
+from rl_post.data.mixture import TaskConfig
+from rl_post.errors import ConfigError, MissingInputError
 from rl_post.parallel import sharding
+from rl_post.tasks import arithmetic
 from rl_post.rl import trainer as rl_trainer
 from rl_post.sft import trainer as sft_trainer
 
@@ -52,7 +61,7 @@ def test_bad_sft_and_mesh_values(tokenizer_path, tmp_path):
   config = sft_arithmetic.get_config("tiny")
   config.tokenizer.path = tokenizer_path
   config.mesh = dict(data=3)
-  with pytest.raises(ValueError, match=r"mesh .* has 3 devices but 1 are available"):
+  with pytest.raises(ValueError, match=r"mesh=.* has 3 devices but 1 are available"):
     sft_trainer.train(config, str(tmp_path))
   config = sft_arithmetic.get_config("tiny")
   config.tokenizer.path = str(tmp_path / "nope.model")
@@ -80,3 +89,49 @@ def test_a_failed_run_leaves_no_mesh_or_rules_behind(tokenizer_path, tmp_path):
   with jax.set_mesh(explicit):
     key = jax.device_put(jax.random.key(0), jax.NamedSharding(explicit, jax.P()))
   jax.jit(jax.random.split)(key)
+
+
+def _error(fn, *args):
+  with pytest.raises(ConfigError) as info:
+    fn(*args)
+  return info.value
+
+
+def test_values_checked_outside_the_sections_name_their_field(tokenizer, tmp_path):
+  config = demo.get_config("tiny")
+  config.seed = -1
+  assert _error(pipeline.check_stages, config).field == "seed"
+  config = demo.get_config("tiny")
+  config.eval.batch_size = -3  # an empty range of batches scored every arm 0%
+  assert _error(pipeline.check_stages, config).field == "eval.batch_size"
+  config = demo.get_config("tiny")
+  config.control.num_steps = 0
+  assert _error(pipeline.check_stages, config).field == "control.num_steps"
+  config = demo.get_config("tiny")
+  config.rl.num_generations = 1  # the RL stage's sections, before SFT has run
+  with pytest.raises(ValueError, match="rl.num_generations must be >= 2"):
+    pipeline.check_stages(config)
+
+  tasks = [arithmetic.Arithmetic().generate(np.random.default_rng(0), 2)]
+  e = _error(batching.encode_prompts, tokenizer, tasks, 2)
+  assert (e.field, e.value) == ("rl.max_prompt_len", 2)
+  e = _error(mixture.TaskMixture, TaskConfig(domains=("arithmetic",), domain_options={
+      "arithmetic": {"max_difficulty": 0}}), 0)
+  assert e.field == "tasks.domain_options.arithmetic" and "max_difficulty" in e.problem
+  sft = sft_trainer.SFTConfig(batch_size=4, max_len=8)
+  assert _error(sft_trainer._check_dropped, 4, 1, sft).field == "sft.max_len"
+  sft_trainer._check_dropped(3, 1, sft)  # a warning, not an error
+  two_way = types.SimpleNamespace(shape={"tensor": 2})  # a mesh that does not fit 3 heads
+  e = _error(sharding._check_divisible, "['attn']['k_proj']", (4, 3), (None, "tensor"), two_way)
+  assert (e.field, e.value) == ("mesh.tensor", 2)
+
+
+def test_eval_sets_that_were_never_built_name_their_folder(tokenizer_path, tmp_path):
+  config = grpo_arithmetic.get_config("tiny")
+  config.tokenizer.path = tokenizer_path
+  config.tasks.update(eval_sets=("arithmetic",), eval_data_dir=str(tmp_path / "none"))
+  with pytest.raises(MissingInputError) as info:
+    rl_trainer.train(config, str(tmp_path / "run"))
+  assert info.value.field == "tasks.eval_data_dir"
+  assert "build_eval_sets.py" in info.value.problem
+  assert not os.listdir(tmp_path / "run")  # no config.json for a run that did not start

@@ -105,7 +105,7 @@ def test_stream_is_a_function_of_seed_step_round_and_excludes_heldout():
     (dict(domains=(A,), weights=(1,), eval_sets=(B,), eval_data_dir="/x"), "tasks.eval_sets"),
     (dict(domains=(A,), weights=(1,), eval_sets=(A,)), "tasks.eval_data_dir"),
     (dict(domains=(A,), weights=(1,), curriculum={"low": 0.9, "high": 0.5}),
-     "tasks.curriculum.low, high"),
+     r"tasks.curriculum.high must be in \(low, 1\] \(low=0.9\)"),
     (dict(domains=(A,), weights=(1,), curriculum={"windw": 3}), "tasks.curriculum: unknown"),
 ])
 def test_bad_configs_name_the_field(fields, match):
@@ -114,7 +114,7 @@ def test_bad_configs_name_the_field(fields, match):
 
 
 def test_difficulty_not_a_level_of_a_domain_is_an_error():
-  with pytest.raises(ValueError, match=r"difficulties \[6\] are not levels"):
+  with pytest.raises(ValueError, match=r"tasks.difficulties=\(5, 6\): has levels \[6\] that domain"):
     _mixture(domains=(A,), weights=(1,), difficulties=(5, 6))
 
 
@@ -148,5 +148,5 @@ def test_bad_level_maps_name_the_field(fields, match):
 def test_demonstration_level_outside_the_domain_levels_is_an_error():
   with pytest.raises(ValueError, match=r"demo_difficulties\['.*LevelsA'\] has \[3\]"):
     _mixture(domains=(A,), weights=(1,), difficulties=(1, 2), demo_difficulties={A: (3,)})
-  with pytest.raises(ValueError, match=r"difficulties \[7\] are not levels"):
+  with pytest.raises(ValueError, match=r"tasks.domain_difficulties=\(7,\): has levels \[7\]"):
     _mixture(domains=(A,), weights=(1,), domain_difficulties={A: (7,)})

@@ -5,6 +5,7 @@ from typing import Sequence
 import numpy as np
 
 from rl_post.data.tokenizer import Tokenizer
+from rl_post.errors import ConfigError
 from rl_post.tasks.base import Task
 
 
@@ -25,14 +26,16 @@ def encode_prompts(tokenizer: Tokenizer, tasks: Sequence[Task], max_prompt_len: 
   """Right-padded prompts_BxP and prompt_lens_B.
 
   Raises:
-    ValueError: naming the task whose prompt exceeds max_prompt_len.
+    ConfigError: (a ValueError) on `rl.max_prompt_len`, naming the task whose
+      prompt is longer.
   """
   ids = [prompt_ids(tokenizer, t.prompt) for t in tasks]
   prompts_BxP = np.full((len(ids), max_prompt_len), tokenizer.pad_id, np.int32)
   for row, seq in enumerate(ids):
     if len(seq) > max_prompt_len:
-      raise ValueError(f"task {tasks[row].task_id!r}: prompt has {len(seq)} tokens, "
-                       f"more than max_prompt_len={max_prompt_len}")
+      raise ConfigError("rl.max_prompt_len", max_prompt_len,
+                        f"is shorter than task {tasks[row].task_id!r}'s prompt "
+                        f"({len(seq)} tokens)")
     prompts_BxP[row, :len(seq)] = seq
   return prompts_BxP, np.array([len(s) for s in ids], np.int32)
 

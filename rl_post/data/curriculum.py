@@ -40,8 +40,9 @@ class CurriculumConfig:
   start: int = 0
 
   def __post_init__(self):
-    check(0.0 <= self.low < self.high <= 1.0, "low, high", "must satisfy 0 <= low < high <= 1",
-          (self.low, self.high))
+    check(0.0 <= self.low <= 1.0, "low", "must be in [0, 1]", self.low)
+    check(self.low < self.high <= 1.0, "high", f"must be in (low, 1] (low={self.low})",
+          self.high)
     check(self.window >= 1, "window", "must be >= 1", self.window)
     check(self.width >= 1, "width", "must be >= 1", self.width)
     check(self.start >= 0, "start", "must be >= 0", self.start)

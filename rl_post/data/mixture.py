@@ -18,6 +18,7 @@ import numpy as np
 
 from rl_post.config_sections import check, from_section
 from rl_post.data.curriculum import Curriculum, CurriculumConfig
+from rl_post.errors import ConfigError, UserError
 from rl_post.tasks import registry
 from rl_post.tasks.base import Domain, Task
 
@@ -163,6 +164,18 @@ def _pick(rng: np.random.Generator, cdf: np.ndarray) -> int:
   return min(int(np.searchsorted(cdf, rng.random(), side="right")), len(cdf) - 1)
 
 
+def _make_domain(name: str, options) -> Domain:
+  """The registered domain `name` built with `tasks.domain_options[name]`; a constructor's
+  complaint about an option is a config error on that section."""
+  try:
+    return registry.make_domain(name, options)
+  except UserError:
+    raise
+  except (ValueError, TypeError) as e:
+    plain = options.to_dict() if hasattr(options, "to_dict") else dict(options or {})
+    raise ConfigError(f"tasks.domain_options.{name}", plain, str(e)) from None
+
+
 class TaskMixture:
   """Samples tasks across domains and difficulties; owns the curriculum."""
 
@@ -175,8 +188,7 @@ class TaskMixture:
     """
     self.config, self.seed = config, seed
     self.domains: dict[str, Domain] = {
-        name: registry.make_domain(name, config.domain_options.get(name))
-        for name in config.domains}
+        name: _make_domain(name, config.domain_options.get(name)) for name in config.domains}
     for name, domain in self.domains.items():
       if domain.name != name:
         raise ValueError(f"domain {name!r} must set name = {name!r} (got {domain.name!r}): "
@@ -204,8 +216,11 @@ class TaskMixture:
               or tuple(domain.difficulty_levels))
     bad = [d for d in levels if d not in domain.difficulty_levels]
     if bad:
-      raise ValueError(f"difficulties {bad} are not levels of domain {name!r} "
-                       f"{domain.difficulty_levels}; use difficulties=() for each domain's own")
+      field = ("tasks.domain_difficulties" if self.config.domain_difficulties.get(name)
+               else "tasks.difficulties")
+      raise ConfigError(field, levels, f"has levels {bad} that domain {name!r} does not have "
+                        f"(its levels: {tuple(domain.difficulty_levels)}); use () for each "
+                        "domain's own")
     if not levels:
       raise ValueError(f"domain {name!r} has no difficulty levels")
     return levels

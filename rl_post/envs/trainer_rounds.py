@@ -36,6 +36,7 @@ from rl_post.envs.episodes import EpisodeConfig, run_episodes
 from rl_post.envs.metrics import EpisodeMetrics
 from rl_post.envs.tools import ToolLimits
 from rl_post.data import domain_stats
+from rl_post.errors import ConfigError
 from rl_post.rewards.scoring import ERROR_KINDS, RewardBatch
 from rl_post.sandbox import Sandbox, SandboxConfig
 from rl_post.tasks.base import Verdict
@@ -143,8 +144,8 @@ def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
     raise ValueError("episodes.enabled needs rl.async_rewards=False: an episode round scores "
                      "its episodes itself (the verifier runs at each episode's end)")
   if section.turn_tokens > rl.max_new_tokens:
-    raise ValueError(f"episodes.turn_tokens ({section.turn_tokens}) must be <= "
-                     f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")
+    raise ConfigError("episodes.turn_tokens", section.turn_tokens, f"must be <= "
+                      f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")
   return EpisodeRounds(section, seed=int(config.seed), tokenizer=tokenizer, sampling=sampling)
 
 

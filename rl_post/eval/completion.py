@@ -41,6 +41,9 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
   tasks = list(tasks)
   if not tasks:
     raise ValueError("evaluate needs at least one task")
+  if batch_size < 1 or num_samples < 1:  # an empty range of batches would score 0% silently
+    raise ValueError(f"evaluate needs batch_size >= 1 and num_samples >= 1, got "
+                     f"{batch_size} and {num_samples}")
   if reward_pool is None:
     with RewardPool(domain_options=domain_options) as pool:
       return evaluate(model_config, params, tokenizer, tasks, sampling=sampling,

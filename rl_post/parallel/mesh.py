@@ -5,6 +5,8 @@ from typing import Mapping
 import jax
 import numpy as np
 
+from rl_post.errors import ConfigError
+
 MESH_AXES = ("data", "fsdp", "tensor", "context")
 
 
@@ -27,10 +29,10 @@ def resolve_mesh_shape(axis_sizes: Mapping[str, int], num_devices: int) -> dict[
   fixed = int(np.prod([s for s in sizes.values() if s != -1]))
   if free:
     if num_devices % fixed:
-      raise ValueError(f"mesh axes {sizes} do not divide {num_devices} devices")
+      raise ConfigError("mesh", sizes, f"its axes do not divide the {num_devices} devices")
     sizes[free[0]] = num_devices // fixed
   elif fixed != num_devices:
-    raise ValueError(f"mesh {sizes} has {fixed} devices but {num_devices} are available")
+    raise ConfigError("mesh", sizes, f"has {fixed} devices but {num_devices} are available")
   return sizes
 
 

@@ -21,6 +21,8 @@ from typing import Sequence
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from rl_post.errors import ConfigError
+
 DEFAULT_RULES = (
     ("batch", ("data", "fsdp")),
     ("length", None),
@@ -77,9 +79,11 @@ def _check_divisible(path, shape, spec: PartitionSpec, mesh):
     size = 1
     for axis in _as_tuple(axes):
       size *= mesh.shape[axis]
-    if dim % size:
-      raise ValueError(f"{path}: dimension {dim} is not divisible by mesh axes "
-                       f"{axes} (size {size}); change the mesh or the sharding rules")
+    if dim % size:  # the mesh (or the rules) of the config do not fit the model
+      names = _as_tuple(axes)
+      raise ConfigError(f"mesh.{names[0]}", mesh.shape[names[0]],
+                        f"{path}: dimension {dim} is not divisible by mesh axes {axes} "
+                        f"(size {size}); change the mesh or the sharding rules")
 
 
 def tree_shardings(logical_tree, abstract_tree, mesh, rules):

@@ -110,7 +110,7 @@ def test_episodes_section_errors_and_defaults(tmp_path):
     trainer.train(c, str(tmp_path))
   c = grpo_episodes.get_config("tiny")
   c.rl.max_new_tokens = 16
-  with pytest.raises(ValueError, match=r"episodes.turn_tokens \(24\) must be <= rl.max_new"):
+  with pytest.raises(ValueError, match=r"episodes.turn_tokens=24: must be <= rl.max_new"):
     trainer.train(c, str(tmp_path))
 
 
