@@ -7,9 +7,12 @@ r"""Ahead-of-time memory check: compile the train step for a target without its 
 
 --config takes the model, mesh and rollout sizes (rows = rl.batch_size x
 rl.num_generations, seq_len = rl.max_prompt_len + rl.max_new_tokens) from an
-experiment config; --model/--mesh/--rows/--seq_len set them directly.
+experiment config; --model/--mesh/--rows/--seq_len set them directly and
+override the config's (--config=...:tiny --model=llama-8b: the 8B preset with
+that experiment's mesh and rollout sizes).
 Prints bytes per device (params, optimizer state, activations, KV cache) and
-whether they fit the target's HBM; exits 1 when something does not fit.
+whether they fit the target's HBM; exits 1 when something does not fit, 2 (one
+`error: ...` line, `rl_post.cli`) on a bad flag or config.
 """
 
 import dataclasses
@@ -18,8 +21,12 @@ import os
 import sys
 
 import _bootstrap  # noqa: F401
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
+
+from rl_post import cli
+from rl_post.errors import ConfigError, UserError
+from rl_post.training.run import ensure_output_file
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config (optional).")
 _MODEL = flags.DEFINE_string("model", None, "Model preset: smollm2-135m | llama-1b | llama-8b.")
@@ -47,40 +54,78 @@ TABLE = (
     ("llama-8b", "v5p-64", "data=2,fsdp=8,tensor=2", 64, 1024),
     ("llama-8b", "8xh100", "fsdp=8", 64, 1024),
 )
+DOES_NOT_FIT_EXIT = 1  # distinct from cli.EXIT_USER_ERROR (2)
 _FIELDS = ("params_bytes", "opt_state_bytes", "activation_bytes", "kv_cache_bytes",
            "total_bytes", "hbm_bytes")
 
 
-def parse_mesh(text: str) -> dict:
-  """'data=2,fsdp=-1' -> {"data": 2, "fsdp": -1}."""
+def parse_mesh(text: str, field: str = "--mesh") -> dict:
+  """'data=2,fsdp=-1' -> {"data": 2, "fsdp": -1}; ConfigError naming `field` otherwise."""
   mesh = {}
   for part in filter(None, text.split(",")):
     name, sep, value = part.partition("=")
     if not sep:
-      raise app.UsageError(f"--mesh entries look like axis=size, got {part!r}")
+      raise ConfigError(field, text, f"entries look like axis=size, got {part!r}")
     try:
       mesh[name.strip()] = int(value)
     except ValueError:
-      raise app.UsageError(f"--mesh {name}: size must be an int, got {value!r}") from None
+      raise ConfigError(field, text, f"{name}: size must be an int, got {value!r}") from None
   return mesh
 
 
-def _from_config(config):
+def check_mesh(mesh: dict, num_devices: int, field: str, text) -> None:
+  """Raises ConfigError naming `field` unless `mesh` lays out `num_devices` devices."""
+  from rl_post.parallel import mesh as mesh_lib
+  try:
+    mesh_lib.resolve_mesh_shape(mesh, num_devices)
+  except ValueError as e:
+    detail = e.problem if isinstance(e, UserError) else str(e)
+    raise ConfigError(field, text, f"does not lay out the target's {num_devices} devices "
+                      f"({detail})") from None
+
+
+def check_flags(targets: list[str]) -> None:
+  """Checks the flags that need no config or JAX: target, dtype, sizes, --json_out."""
+  from rl_post.models.config import DTYPES
+  from rl_post.parallel import aot
+  for target in targets:
+    if target not in aot.TARGETS:
+      raise ConfigError("--target", target, f"is unknown; one of {sorted(aot.TARGETS)}")
+  if _DTYPE.value not in DTYPES:
+    raise ConfigError("--dtype", _DTYPE.value, f"must be one of {DTYPES}")
+  for flag in (_ROWS, _SEQ_LEN):
+    if flag.value is not None and flag.value < 1:
+      raise ConfigError(f"--{flag.name}", flag.value, "must be >= 1")
+  if _MODEL.value is not None and _MODEL.value not in aot.MODELS:
+    raise ConfigError("--model", _MODEL.value, "is not a preset; give --config or --model "
+                      f"(one of {sorted(aot.MODELS)})")
+  if _CONFIG.value is None and _MODEL.value is None and not _TABLE.value:
+    raise ConfigError("--model", None, f"give --config or --model (one of {sorted(aot.MODELS)})")
+  if _JSON_OUT.value:
+    ensure_output_file(_JSON_OUT.value, "--json_out")
+
+
+def _from_config(config, with_model: bool = True):
+  """(model or None, mesh, rows, seq_len) of an experiment config."""
   from rl_post.training import run
+  rl = config.get("rl", {})
+  rows = int(rl.get("batch_size", 8)) * int(rl.get("num_generations", 8))
+  seq_len = int(rl.get("max_prompt_len", 64)) + int(rl.get("max_new_tokens", 64))
+  mesh = dict(config.mesh)
+  if not with_model:
+    return None, mesh, rows, seq_len
   vocab = run.padded_vocab_size(int(config.tokenizer.get("vocab_size", 0) or 0), config)
-  if run.pretrained_path(config) and not os.path.exists(run.pretrained_path(config)):
-    raise app.UsageError(f"pretrained.path={run.pretrained_path(config)!r} is not installed; "
-                         "use --model=<preset> for its architecture")
-  model = run.model_config_from(config) if run.pretrained_path(config) else None
+  pretrained = run.pretrained_path(config)
+  if pretrained and not os.path.exists(pretrained):
+    raise ConfigError("pretrained.path", pretrained,
+                      "is not installed; use --model=<preset> for its architecture")
+  model = run.model_config_from(config) if pretrained else None
   if model is None:
     from rl_post.models import ModelConfig
     values = dict(config.model.to_dict())
     values["vocab_size"] = values.get("vocab_size") or vocab
     model = ModelConfig.from_dict(values)
-  rl = config.get("rl", {})
-  rows = int(rl.get("batch_size", 8)) * int(rl.get("num_generations", 8))
-  seq_len = int(rl.get("max_prompt_len", 64)) + int(rl.get("max_new_tokens", 64))
-  return model, dict(config.mesh), rows, seq_len
+  return model, mesh, rows, seq_len
 
 
 def _row(label, r):
@@ -89,29 +134,45 @@ def _row(label, r):
   return f"{label:<44} {cells}  {'yes' if r['fits'] else 'NO':>4}"
 
 
-def _runs():
+def _runs() -> list[tuple]:
+  """[(label, model, target, mesh, rows, seq_len, rows_field)], the flags checked."""
   from rl_post.parallel import aot
   if _TABLE.value:
-    for name, target, mesh, rows, seq_len in TABLE:
-      yield (f"{name} {target} {mesh}", _with_dtype(aot.MODELS[name]), target,
-             parse_mesh(mesh), rows, seq_len)
-    return
+    return [(f"{name} {target} {mesh}", _with_dtype(aot.MODELS[name]), target,
+             parse_mesh(mesh), rows, seq_len, "--rows")
+            for name, target, mesh, rows, seq_len in TABLE]
+  model, mesh, rows, seq_len = None, dict(fsdp=-1), 64, 1024
+  name, mesh_field, rows_field = _MODEL.value, "--mesh", "--rows"
   if _CONFIG.value is not None:
-    model, mesh, rows, seq_len = _from_config(_CONFIG.value)
-    name = os.path.basename(sys.argv[0])
-  elif _MODEL.value in aot.MODELS:
-    model, mesh, rows, seq_len, name = (_with_dtype(aot.MODELS[_MODEL.value]),
-                                        dict(fsdp=-1), 64, 1024, _MODEL.value)
-  else:
-    raise app.UsageError(f"give --config or --model (one of {sorted(aot.MODELS)}), "
-                         f"got --model={_MODEL.value!r}")
-  mesh = parse_mesh(_MESH.value) if _MESH.value else mesh
-  yield (f"{name} {_TARGET.value}", model, _TARGET.value, mesh,
-         _ROWS.value or rows, _SEQ_LEN.value or seq_len)
+    model, mesh, rows, seq_len = _from_config(_CONFIG.value, with_model=_MODEL.value is None)
+    name = name or os.path.basename(sys.argv[0])
+    mesh_field, rows_field = "mesh", "rl.batch_size x rl.num_generations"
+  if _MODEL.value is not None:
+    model = _with_dtype(aot.MODELS[_MODEL.value])
+  if _MESH.value is not None:
+    mesh, mesh_field = parse_mesh(_MESH.value), "--mesh"
+  check_mesh(mesh, aot.TARGETS[_TARGET.value].num_devices, mesh_field,
+             _MESH.value if mesh_field == "--mesh" else mesh)
+  if _ROWS.value is not None:
+    rows, rows_field = _ROWS.value, "--rows"
+  seq_len = _SEQ_LEN.value if _SEQ_LEN.value is not None else seq_len
+  return [(f"{name} {_TARGET.value}", model, _TARGET.value, mesh, rows, seq_len, rows_field)]
 
 
 def _with_dtype(model):
   return dataclasses.replace(model, dtype=_DTYPE.value)
+
+
+def _check(model, target, mesh, rows, seq_len, rows_field) -> dict:
+  """`aot.check`, with rows that the mesh's batch axes do not divide as a ConfigError."""
+  from rl_post.parallel import aot
+  try:
+    return aot.check(model, aot.TARGETS[target], mesh, rows, seq_len,
+                     constrain_activations=_CONSTRAIN.value)
+  except ValueError as e:
+    if not str(e).startswith(f"rows ({rows})"):
+      raise
+    raise ConfigError(rows_field, rows, str(e)) from None
 
 
 def main(argv):
@@ -119,16 +180,14 @@ def main(argv):
   import jax
   from rl_post.parallel import aot
   targets = [t for _, t, *_ in TABLE] if _TABLE.value else [_TARGET.value]
-  unknown = sorted(set(targets) - set(aot.TARGETS))
-  if unknown:
-    raise app.UsageError(f"--target {unknown[0]!r} is unknown; one of {sorted(aot.TARGETS)}")
+  check_flags(targets)
   jax.config.update("jax_num_cpu_devices", max(aot.TARGETS[t].num_devices for t in targets))
+  runs = _runs()
   print(f"{'model / target / mesh':<44} " + " ".join(f"{f[:-6][:8]:>8}" for f in _FIELDS)
         + "  fits   (GiB per device)")
   reports, all_fit = [], True
-  for label, model, target, mesh, rows, seq_len in _runs():
-    report = aot.check(model, aot.TARGETS[target], mesh, rows, seq_len,
-                       constrain_activations=_CONSTRAIN.value)
+  for label, model, target, mesh, rows, seq_len, rows_field in runs:
+    report = _check(model, target, mesh, rows, seq_len, rows_field)
     report.update(label=label, rows=rows, seq_len=seq_len)
     reports.append(report)
     all_fit &= report["fits"]
@@ -142,8 +201,8 @@ def main(argv):
   if not all_fit:
     print("some configurations do NOT fit: shard more (fsdp/tensor), fewer rows, "
           "shorter sequences or bf16 params")
-    sys.exit(1)
+    sys.exit(DOES_NOT_FIT_EXIT)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

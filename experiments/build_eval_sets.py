@@ -14,6 +14,7 @@ from rl_post.config_sections import from_section
 from rl_post.data import eval_sets
 from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError
+from rl_post.training.run import ensure_workdir
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 
@@ -24,6 +25,7 @@ def main(argv):
   tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
   if not tasks.eval_sets:
     raise ConfigError("tasks.eval_sets", tasks.eval_sets, "is empty: name the domains to build")
+  ensure_workdir(tasks.eval_data_dir, "tasks.eval_data_dir")
   for spec, path in eval_sets.build_all(tasks, int(config.seed)):
     records = eval_sets.source(spec, tasks.eval_data_dir)
     logging.info("%s: %d tasks in %s (sha256 %s)", spec.domain, len(records), path,

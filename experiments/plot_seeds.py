@@ -10,15 +10,14 @@ demo_seeds.py writes the same two PNGs (seeds_arms.png, seeds_curves.png)
 next to its seeds.json; this script redraws them from files alone.
 """
 
-import json
 import os
 
 import _bootstrap  # noqa: F401
 from absl import flags
 
 from rl_post import cli
-from rl_post.errors import MissingInputError
 from rl_post.eval import seed_plots
+from rl_post.training.run import ensure_workdir
 
 _SEEDS_JSON = flags.DEFINE_string("seeds_json", None, "seeds.json written by demo_seeds.py.",
                                   required=True)
@@ -32,13 +31,11 @@ _OUT_DIR = flags.DEFINE_string("out_dir", None, "Where the PNGs go (default: see
 def main(argv):
   del argv
   path = _SEEDS_JSON.value
-  if not os.path.isfile(path):
-    raise MissingInputError("--seeds_json", path, "no such file (demo_seeds.py writes one)")
-  with open(path, encoding="utf-8") as f:
-    result = json.load(f)
+  result = seed_plots.load_seeds(path, "--seeds_json")
   folder = os.path.dirname(os.path.abspath(path))
   metrics_dir = _METRICS_DIR.value or os.path.join(folder, "seed_{seed}", "rl")
-  paths = seed_plots.write(result, metrics_dir, _OUT_DIR.value or folder)
+  out_dir = ensure_workdir(_OUT_DIR.value or folder, "--out_dir")
+  paths = seed_plots.write(result, metrics_dir, out_dir, field="--metrics_dir")
   for name in ("arms", "curves"):
     print(f"wrote {paths[name]}")
 

@@ -16,7 +16,6 @@ from absl import flags
 
 from rl_post import cli
 from rl_post.eval import rollout_trend
-from rl_post.metrics.writers import read_metrics
 
 _RUNS = flags.DEFINE_list("runs", None, "Comma-separated RL workdirs (holding metrics.jsonl).",
                           required=True)
@@ -28,10 +27,8 @@ _COMPONENT = flags.DEFINE_string(
 
 def main(argv):
   del argv
-  for run in _RUNS.value:
-    trend = rollout_trend.windowed_pass_rates(read_metrics(run), _WINDOW.value, _COMPONENT.value)
-    what = "pass rate" if _COMPONENT.value == "pass_rate" else _COMPONENT.value
-    print(rollout_trend.trend_table_md(trend, title=f"Rollout {what} (%), {run}"))
+  for table in rollout_trend.trend_tables(_RUNS.value, _WINDOW.value, _COMPONENT.value):
+    print(table)
 
 
 if __name__ == "__main__":

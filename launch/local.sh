@@ -13,6 +13,9 @@ SUPERVISE=()
 while [[ "${1:-}" == --devices=* || "${1:-}" == --restart_on_failure=* ]]; do
   case "$1" in
     --devices=*)
+      [[ "${1#--devices=}" =~ ^[1-9][0-9]*$ ]] || {
+        echo "error: --devices='${1#--devices=}': must be an int >= 1 (fake CPU devices)" >&2
+        exit 2; }
       export XLA_FLAGS="--xla_force_host_platform_device_count=${1#--devices=} ${XLA_FLAGS:-}"
       export JAX_PLATFORMS=cpu ;;
     --restart_on_failure=*)

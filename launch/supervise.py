@@ -12,13 +12,18 @@ checkpoint and drop metric rows after it. Not restarted: exit 0, exit 2
 stopped with NonFiniteTrainingError (recorded in <workdir>/faults.jsonl), and
 a run stopped by a SIGTERM/SIGINT sent to this supervisor (forwarded to the
 run, which checkpoints and exits). Each restart is a line in
-<workdir>/restarts.jsonl.
+<workdir>/restarts.jsonl (on stderr when the workdir cannot be written; the
+run is restarted all the same).
+
+A bad flag or a command that cannot be started is one line,
+`error: <field>=<value>: <problem>`, and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -66,20 +71,40 @@ def gave_up_count(workdir: str | None) -> int:
   if not path or not os.path.exists(path):
     return 0
   count = 0
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      try:
-        count += json.loads(line).get("kind") == GAVE_UP_KIND
-      except ValueError:
-        continue
+  try:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      for line in f:
+        try:
+          record = json.loads(line)
+        except ValueError:
+          continue
+        count += isinstance(record, dict) and record.get("kind") == GAVE_UP_KIND
+  except OSError:  # unreadable: no stop recorded that we can see
+    return 0
   return count
 
 
 def log_restart(workdir: str | None, record: dict) -> None:
-  if workdir:
+  """Appends `record` to <workdir>/restarts.jsonl, or prints it to stderr when that
+  cannot be written (the supervisor keeps supervising either way)."""
+  if not workdir:
+    return
+  try:
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, RESTARTS_FILENAME), "a", encoding="utf-8") as f:
-      f.write(json.dumps(record) + "\n")
+    with open(os.path.join(workdir, RESTARTS_FILENAME), "a+b") as f:
+      # a line cut short by a kill would swallow this record: start a new line
+      torn = f.seek(0, os.SEEK_END) > 0 and f.seek(-1, os.SEEK_END) >= 0 and f.read(1) != b"\n"
+      f.write((b"\n" if torn else b"") + json.dumps(record).encode() + b"\n")
+  except OSError as e:
+    print(f"supervise: cannot write {os.path.join(workdir, RESTARTS_FILENAME)} "
+          f"({e.strerror or e}); restart record: {json.dumps(record)}", file=sys.stderr,
+          flush=True)
+
+
+def user_error(field: str, value, problem: str) -> int:
+  """Prints `error: <field>=<value>: <problem>` (the `rl_post.cli` form); returns 2."""
+  print(f"error: {field}={value!r}: {problem}", file=sys.stderr, flush=True)
+  return CONFIG_ERROR_EXIT
 
 
 def supervise(command: list[str], max_restarts: int, *, base_backoff_s: float = 5.0,
@@ -101,7 +126,10 @@ def supervise(command: list[str], max_restarts: int, *, base_backoff_s: float = 
     while True:
       gave_up_before = gave_up_count(workdir)
       started = time.time()
-      child["proc"] = subprocess.Popen(command)
+      try:
+        child["proc"] = subprocess.Popen(command)
+      except OSError as e:  # no such program, not executable: a restart fails the same way
+        return user_error("command", command[0], f"cannot be started ({e.strerror or e})")
       returncode = child["proc"].wait()
       status = exit_status(returncode)
       if returncode == 0:
@@ -151,9 +179,11 @@ def main(argv: list[str]) -> int:
   if not command:
     parser.error("no command after --")
   if args.restart_on_failure < 0:
-    parser.error(f"--restart_on_failure must be >= 0, got {args.restart_on_failure}")
-  if args.backoff_s < 0 or args.max_backoff_s < 0:
-    parser.error("--backoff_s and --max_backoff_s must be >= 0")
+    return user_error("--restart_on_failure", args.restart_on_failure, "must be >= 0")
+  for name in ("backoff_s", "max_backoff_s"):
+    value = getattr(args, name)
+    if not math.isfinite(value) or value < 0:
+      return user_error(f"--{name}", value, "must be a finite number of seconds >= 0")
   return supervise(command, args.restart_on_failure, base_backoff_s=args.backoff_s,
                    max_backoff_s=args.max_backoff_s, workdir=args.workdir)
 

@@ -102,3 +102,13 @@ def test_batch_constraints_split_fsdp_activations_over_the_batch(tmp_path):
   assert on["constrain_activations"] and not off["constrain_activations"]
   assert on["params_bytes"] == off["params_bytes"]
   assert 3 * on["activation_bytes"] < off["activation_bytes"], (on, off)
+
+
+@pytest.mark.parametrize("flags,line", [
+    (("--model=llama-1b", "--mesh=data=3"), "error: --mesh='data=3': does not lay out"),
+    (("--model=llama-1b", "--rows=0"), "error: --rows=0: must be >= 1"),
+])
+def test_bad_values_are_one_line_and_exit_2_not_the_does_not_fit_status(tmp_path, flags, line):
+  out, reports = _aot(tmp_path, *flags)
+  assert out.returncode == 2 and reports is None, out.stderr[-3000:]
+  assert out.stderr.strip().splitlines()[-1].startswith(line) and "Traceback" not in out.stderr

@@ -135,3 +135,11 @@ def test_slurm_from_a_login_node_submits_with_sbatch(tmp_path):
 def test_slurm_bad_flags(tmp_path, args, message):
   out, calls = _run("launch/slurm_gpu.sbatch", args, tmp_path)
   assert out.returncode == 2 and message in out.stderr and calls == []
+
+
+@pytest.mark.parametrize("devices", ["abc", "0", ""])
+def test_local_sh_checks_devices(tmp_path, devices):
+  out = subprocess.run(["bash", os.path.join(ROOT, "launch", "local.sh"), f"--devices={devices}",
+                        "-c", "print('ran')"], capture_output=True, text=True, timeout=60)
+  assert out.returncode == 2 and out.stdout == ""
+  assert out.stderr == f"error: --devices='{devices}': must be an int >= 1 (fake CPU devices)\n"

@@ -107,3 +107,17 @@ def test_helpers():
   assert supervise.exit_status(-9) == 137 and supervise.exit_status(3) == 3
   with pytest.raises(SystemExit):
     supervise.main(["--restart_on_failure=1"])  # no command
+
+
+def test_a_line_torn_by_a_kill_does_not_swallow_the_next_record(tmp_path):
+  # A SIGKILL mid-write leaves a partial last line; the next record must start a line
+  # of its own, or it is lost with the torn one (a one-off fault could then fire again).
+  from rl_post.training.faults import FaultLog
+  (tmp_path / "faults.jsonl").write_text('{"kind": "killed", "st')
+  FaultLog(str(tmp_path)).record("checkpoint_moved_aside", 20)
+  assert FaultLog(str(tmp_path)).records == [{"kind": "checkpoint_moved_aside", "step": 20}]
+  log = tmp_path / supervise.RESTARTS_FILENAME
+  log.write_text('{"attempt": 1, "exit')
+  supervise.log_restart(str(tmp_path), {"attempt": 2})
+  supervise.log_restart(str(tmp_path), {"attempt": 3})
+  assert log.read_text().splitlines()[1:] == ['{"attempt": 2}', '{"attempt": 3}']

@@ -1,12 +1,20 @@
 """Builds the project's SentencePiece tokenizer from the `tokenizer` section."""
 
 import dataclasses
-import os
+import re
 
 from rl_post.config_sections import check, from_section
 from rl_post.data.corpus import domain_corpus
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.data.tokenizer import SentencePieceTokenizer, train_sentencepiece
+from rl_post.errors import ConfigError
+from rl_post.training.run import ensure_output_file
+
+# SentencePiece's check that every corpus character (character_coverage=1.0), the
+# specials and the tags fit: "Vocabulary size is smaller than required_chars. 290 vs 291."
+_REQUIRED_CHARS_RE = re.compile(r"smaller than required_chars\D*(\d+) vs (\d+)")
+# train_sentencepiece's own floor: "tokenizer vocab_size must be >= 279 (bytes + ...), got 200".
+_FLOOR_RE = re.compile(r"vocab_size (must be >= \d+ \([^)]*\))")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +38,28 @@ def build(config) -> SentencePieceTokenizer:
   """Trains the tokenizer on the configured domains; returns it loaded."""
   tok = from_section(TokenizerConfig, config.get("tokenizer"), "tokenizer")
   tasks = from_section(TaskConfig, config.get("tasks"), "tasks")
+  ensure_output_file(tok.path, "tokenizer.path")
   mixture = TaskMixture(tasks, int(config.seed))
   lines = list(domain_corpus(mixture, tok.corpus_examples))
-  os.makedirs(os.path.dirname(os.path.abspath(tok.path)), exist_ok=True)
-  path = train_sentencepiece(lines, tok.path[:-len(".model")], vocab_size=tok.vocab_size)
-  return SentencePieceTokenizer(path)
+  return SentencePieceTokenizer(_train(lines, tok))
+
+
+def _train(lines: list[str], tok: TokenizerConfig) -> str:
+  """`train_sentencepiece` with a too-small vocabulary or unwritable path as a ConfigError."""
+  try:
+    return train_sentencepiece(lines, tok.path[:-len(".model")], vocab_size=tok.vocab_size)
+  except ValueError as e:
+    match = _FLOOR_RE.search(str(e))
+    if match is None:
+      raise
+    raise ConfigError("tokenizer.vocab_size", tok.vocab_size, match[1]) from None
+  except RuntimeError as e:
+    match = _REQUIRED_CHARS_RE.search(str(e))
+    if match is None:
+      raise
+    raise ConfigError("tokenizer.vocab_size", tok.vocab_size,
+                      f"must be >= {match[2]} for this corpus (every character in it, the "
+                      "byte pieces, specials and tags need a piece)") from None
+  except OSError as e:
+    raise ConfigError("tokenizer.path", tok.path,
+                      f"cannot be written ({e.strerror or e})") from None

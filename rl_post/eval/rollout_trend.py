@@ -12,6 +12,9 @@ share of right steps) pools the same way, per domain (level "all").
 import re
 from collections.abc import Mapping, Sequence
 
+from rl_post.errors import ConfigError, MissingInputError
+from rl_post.metrics.writers import read_metrics
+
 _PASS_RE = re.compile(r"^domain/(?P<domain>[^/]+)/difficulty/(?P<level>-?\d+)/pass_rate$")
 
 
@@ -77,3 +80,36 @@ def trend_table_md(trend: Mapping[tuple[str, int | None], Sequence[tuple]], titl
     lines.append("| " + " | ".join([domain, level, *cells, str(sum(r[3] for r in rows))])
                  + " |")
   return "\n".join(lines) + "\n"
+
+
+def read_run(workdir: str, field: str = "--runs") -> list[dict]:
+  """`read_metrics(workdir)`, with a missing or garbled metrics.jsonl as a user error.
+
+  Raises:
+    MissingInputError: naming `field` and the run; for a malformed line, the
+      message names the file and its line number.
+  """
+  try:
+    return read_metrics(workdir)
+  except FileNotFoundError as e:
+    raise MissingInputError(field, workdir, f"{e} (an RL workdir holds one)") from e
+  except (ValueError, OSError) as e:  # a malformed line (the message names file and line)
+    detail = " ".join(str(e).split())
+    raise MissingInputError(field, workdir, f"metrics cannot be read: {detail}") from e
+
+
+def trend_tables(runs: Sequence[str], window: int, component: str = "pass_rate") -> list[str]:
+  """One `trend_table_md` per RL workdir in `runs`, for experiments/rollout_trend.py.
+
+  Raises:
+    ConfigError: no runs (`--runs`), or `window` < 1 (`--window`).
+    MissingInputError: a run without a readable metrics.jsonl (`--runs`).
+  """
+  runs = [run for run in runs if run]
+  if not runs:
+    raise ConfigError("--runs", ",".join(runs), "names no RL workdir")
+  if window < 1:
+    raise ConfigError("--window", window, "must be >= 1 step")
+  what = "pass rate" if component == "pass_rate" else component
+  return [trend_table_md(windowed_pass_rates(read_run(run), window, component),
+                         title=f"Rollout {what} (%), {run}") for run in runs]

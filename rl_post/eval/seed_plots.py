@@ -14,6 +14,7 @@ draws only values seeds.json or metrics.jsonl hold.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rl_post.errors import MissingInputError
+from rl_post.errors import ConfigError, MissingInputError, reading
 from rl_post.eval import plots
 from rl_post.metrics.writers import read_metrics
 
@@ -105,8 +106,32 @@ def plot_curves(path: str, metrics_by_seed: Mapping[int, Sequence[Mapping[str, A
   fig.savefig(path, dpi=100)
 
 
+def load_seeds(path: str, field: str = "--seeds_json") -> dict[str, Any]:
+  """Reads a seeds.json and checks it holds what `write` draws.
+
+  Raises:
+    MissingInputError: naming `field`, when the file is missing, is not JSON,
+      or is not a demo's seeds.json (a dict whose `rows` are per-seed dicts
+      with the control arm's tables).
+  """
+  if not os.path.isfile(path):
+    raise MissingInputError(field, path, "no such file (demo_seeds.py writes one)")
+  with reading(field, path, "is not a JSON file"), open(path, encoding="utf-8") as f:
+    result = json.load(f)
+  rows = result.get("rows") if isinstance(result, dict) else None
+  if (not isinstance(rows, list) or not rows
+      or not all(isinstance(r, dict) and "seed" in r for r in rows)):
+    raise MissingInputError(field, path, "is not a seeds.json: needs a non-empty list of "
+                            "per-seed dicts under 'rows' (demo_seeds.py writes one)")
+  try:
+    arm_groups(rows)
+  except (ValueError, KeyError, TypeError) as e:
+    raise MissingInputError(field, path, f"cannot be plotted ({type(e).__name__}: {e})") from e
+  return result
+
+
 def write(seeds_result: Mapping[str, Any], metrics_dir_template: str, out_dir: str, *,
-          title: str = "rl_post demo") -> dict[str, str]:
+          title: str = "rl_post demo", field: str = "--metrics_dir") -> dict[str, str]:
   """Both PNGs into out_dir; returns {"arms": path, "curves": path}.
 
   Args:
@@ -114,17 +139,21 @@ def write(seeds_result: Mapping[str, Any], metrics_dir_template: str, out_dir: s
     metrics_dir_template: the folder holding seed s's RL metrics.jsonl, with
       "{seed}" in it (demo_seeds.py: "<workdir>/seed_{seed}/rl").
     out_dir: where the PNGs go (created).
+    field: the flag the template came from, named in errors.
+  Raises:
+    ConfigError: the template lacks "{seed}".
+    MissingInputError: a seed's metrics.jsonl is missing or garbled.
   """
   if "{seed}" not in metrics_dir_template:
-    raise ValueError(f"the metrics folder template needs '{{seed}}': {metrics_dir_template!r}")
+    raise ConfigError(field, metrics_dir_template, "needs '{seed}' (one folder per seed)")
   rows = seeds_result["rows"]
   metrics = {}
   for r in rows:
     folder = metrics_dir_template.format(seed=r["seed"])
     try:
       metrics[r["seed"]] = read_metrics(folder)
-    except FileNotFoundError as e:
-      raise MissingInputError("metrics_dir", folder, f"seed {r['seed']}: {e}") from e
+    except (FileNotFoundError, ValueError) as e:
+      raise MissingInputError(field, folder, f"seed {r['seed']}: {e}") from e
   os.makedirs(out_dir, exist_ok=True)
   paths = {"arms": os.path.join(out_dir, ARMS_PNG), "curves": os.path.join(out_dir, CURVES_PNG)}
   plot_arms(paths["arms"], rows, title=title)

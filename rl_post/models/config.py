@@ -3,7 +3,7 @@
 import dataclasses
 from typing import Any, Mapping
 
-_DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16")
 _ATTENTION_IMPLS = ("auto", "pallas", "xla", "reference")
 _CONTEXT_LAYOUTS = ("zigzag", "striped", "contiguous")
 
@@ -72,8 +72,8 @@ class ModelConfig:
     if self.norm_eps <= 0:
       raise ValueError(f"model.norm_eps must be > 0, got {self.norm_eps}")
     for name in ("dtype", "param_dtype"):
-      if getattr(self, name) not in _DTYPES:
-        raise ValueError(f"model.{name} must be one of {_DTYPES}, "
+      if getattr(self, name) not in DTYPES:
+        raise ValueError(f"model.{name} must be one of {DTYPES}, "
                          f"got {getattr(self, name)!r}")
     if self.context_layout not in _CONTEXT_LAYOUTS:
       raise ValueError(f"model.context_layout must be one of {_CONTEXT_LAYOUTS}, "
