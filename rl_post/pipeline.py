@@ -142,7 +142,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   before = _heldout_eval(config, export_dir, tokenizer, mixture, rl, "before RL")
   result, rl_s = _timed(rl_trainer.train, rl_config, rl_dir)
   rl_export = os.path.join(rl_dir, "export")
-  save_params(rl_export, result["context"].model_config, result["state"].params)
+  save_params(rl_export, result["context"].model_config, result["state"].params,
+              tokenizer=result["context"].tokenizer)
   after = _heldout_eval(config, rl_export, tokenizer, mixture, rl, "after RL")
   control_export, control_s = _timed(_control_sft, config, sft_dir,
                                      os.path.join(workdir, "control"))

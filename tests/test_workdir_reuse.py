@@ -4,12 +4,14 @@ workdir that could no longer be evaluated or resumed)."""
 
 import json
 import os
+import shutil
 import types
 
 import pytest
 
 from configs import grpo_arithmetic, sft_arithmetic
 from rl_fixtures import DIGIT_DOMAIN
+from rl_post.data import tokenizer_fingerprint
 from rl_post.errors import ConfigError
 from rl_post.rl import trainer as rl_trainer
 from rl_post.sft import trainer as sft_trainer
@@ -99,3 +101,37 @@ def test_init_from_checks_the_params_shape_not_how_they_are_run(
   assert e.value.field == "rl.init_from"
   assert e.value.problem.startswith("holds a model that differs from config.model in "
                                     "{'num_layers'")
+
+
+class _Swapped:
+  """`tokenizer` with the pieces of ids 5 and 6 swapped: same size, other pieces."""
+
+  def __init__(self, tokenizer):
+    self._t = tokenizer
+    self.vocab_size, self.pad_id, self.bos_id, self.eos_id = (
+        tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+
+  def piece(self, i):
+    return self._t.piece({5: 6, 6: 5}.get(i, i))
+
+
+def test_a_model_is_run_only_with_the_tokenizer_it_was_trained_with(
+    tokenizer, tokenizer_path, sft_workdir, tmp_path):
+  export = os.path.join(sft_workdir, "export")
+  stored = tokenizer_fingerprint.read(export)
+  assert stored == tokenizer_fingerprint.of(tokenizer)
+  tokenizer_fingerprint.check(stored, tokenizer, "rl.init_from", export, tokenizer_path)
+  with pytest.raises(ConfigError, match="both .* pieces, but not the same ones"):
+    tokenizer_fingerprint.check(stored, _Swapped(tokenizer), "rl.init_from", export, "t.model")
+  # an export whose tokenizer differs: RL refuses to start from it
+  other = tmp_path / "export"
+  shutil.copytree(export, other)
+  (other / tokenizer_fingerprint.FILENAME).write_text(json.dumps(
+      dict(stored, sha256="0" * 64)))
+  c = _rl_config(tokenizer_path)
+  c.rl.init_from = str(other)
+  with pytest.raises(ConfigError) as e:
+    _initial_params(c, str(tmp_path / "run"))
+  assert e.value.field == "tokenizer.path" and f"rl.init_from={str(other)!r}" in e.value.problem
+  os.remove(other / tokenizer_fingerprint.FILENAME)  # an export from before fingerprints
+  assert _initial_params(c, str(tmp_path / "run2")) is not None

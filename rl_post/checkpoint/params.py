@@ -11,19 +11,24 @@ import os
 import jax
 import orbax.checkpoint as ocp
 
+from rl_post.data import tokenizer_fingerprint
 from rl_post.models import ModelConfig
+from rl_post.models.config import read_config_file
 
 _PARAMS_DIR, _CONFIG_FILE = "params", "model_config.json"
 
 
-def save_params(directory: str, model_config: ModelConfig, params) -> str:
-  """Writes params and their model config under `directory`; returns it."""
+def save_params(directory: str, model_config: ModelConfig, params, tokenizer=None) -> str:
+  """Writes params and their model config (and with `tokenizer`, its fingerprint:
+  `rl_post.data.tokenizer_fingerprint`) under `directory`; returns it."""
   directory = os.path.abspath(directory)
   os.makedirs(directory, exist_ok=True)
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(os.path.join(directory, _PARAMS_DIR), params, force=True)
   with open(os.path.join(directory, _CONFIG_FILE), "w") as f:
     json.dump(model_config.to_dict(), f, indent=2)
+  if tokenizer is not None:
+    tokenizer_fingerprint.write(directory, tokenizer)
   return directory
 
 
@@ -38,14 +43,7 @@ def load_model_config(directory: str) -> ModelConfig:
   if not os.path.exists(path):
     raise FileNotFoundError(f"no exported params in {directory!r} (missing {_CONFIG_FILE}); "
                             "point it at the `export/` folder of a finished SFT run")
-  with open(path) as f:
-    try:
-      values = json.load(f)
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-      raise ValueError(f"{path} is not valid JSON ({e})") from e
-  if not isinstance(values, dict):
-    raise ValueError(f"{path} is not a JSON object")
-  return ModelConfig.from_dict(values)
+  return ModelConfig.from_dict(read_config_file(path))
 
 
 def load_params(directory: str, abstract_params):

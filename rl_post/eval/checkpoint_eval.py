@@ -38,7 +38,7 @@ from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
 from rl_post.checkpoint.params import innermost_error, load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data.hf_tokenizer import load_tokenizer
-from rl_post.data import eval_sets
+from rl_post.data import eval_sets, tokenizer_fingerprint
 from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.eval import completion, report, stats
@@ -120,6 +120,8 @@ class Loaded:
 
 def _exported(path, config, tokenizer, mesh, rules) -> Loaded:
   model_config = load_model_config(path)
+  tokenizer_fingerprint.check(tokenizer_fingerprint.read(path), tokenizer, "--checkpoint", path,
+                              config.tokenizer.path)
   return Loaded(model_config, load_params(
       path, state_lib.abstract_sharded_params(model_config, mesh, rules)))
 
@@ -164,7 +166,7 @@ def _abstract_train_state(stored, model_config, mesh, rules):
 
 
 def _newest_readable_step(path: str, abstract):
-  """(state, step, skipped) of the newest step of the workdir that restores.
+  """(state, extra, step, skipped) of the newest step of the workdir that restores.
 
   Read only: a corrupt step is logged and skipped, never moved aside (as the
   trainers' own fallback does), so evaluating a run cannot change it.
@@ -176,13 +178,13 @@ def _newest_readable_step(path: str, abstract):
     skipped = []
     for step in reversed(steps):
       try:
-        state, _ = manager.restore(abstract, step, fallback=False)
+        state, extra = manager.restore(abstract, step, fallback=False)
       except CorruptCheckpointError as e:
         error = f"{e.reason}: {innermost_error(e)}"
         logging.warning("not evaluating checkpoint step %d of %s: %s", step, path, error)
         skipped.append({"step": step, "reason": e.reason, "error": error})
         continue
-      return state, step, tuple(skipped)
+      return state, extra, step, tuple(skipped)
   raise MissingInputError("--checkpoint", path, f"none of its checkpoint steps {steps} can be "
                           f"read (step {steps[-1]}: {skipped[0]['error']})")
 
@@ -192,7 +194,9 @@ def _training_workdir(path, config, tokenizer, mesh, rules) -> Loaded:
   with _blamed_on_workdir_config(path):
     model_config = model_config_from(stored, tokenizer)
     abstract = _abstract_train_state(stored, model_config, mesh, rules)
-  state, step, skipped = _newest_readable_step(path, abstract)
+  state, extra, step, skipped = _newest_readable_step(path, abstract)
+  tokenizer_fingerprint.check(extra.get("tokenizer"), tokenizer, "--checkpoint", path,
+                              config.tokenizer.path)
   newer = f" (newer steps {[s['step'] for s in skipped]} cannot be read)" if skipped else ""
   logging.info("evaluating checkpoint step %d of %s%s", step, path, newer)
   return Loaded(model_config, state.params, step, skipped)

@@ -28,7 +28,7 @@ from rl_post import errors
 from rl_post.checkpoint.manager import (CheckpointManager, CheckpointMismatchError,
                                         CorruptCheckpointError)
 from rl_post.checkpoint.params import load_model_config, load_params
-from rl_post.data import batching, domain_stats
+from rl_post.data import batching, domain_stats, tokenizer_fingerprint
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics import progress as progress_lib
@@ -75,6 +75,8 @@ def _initial_params(ctx: RunContext, rl: RLConfig):
   if diff:
     raise ConfigError("rl.init_from", rl.init_from, f"holds a model that differs from "
                       f"config.model in {diff} (stored, configured)")
+  tokenizer_fingerprint.check(tokenizer_fingerprint.read(rl.init_from), ctx.tokenizer,
+                              "rl.init_from", rl.init_from, ctx.config.tokenizer.path)
   with errors.reading("rl.init_from", rl.init_from):
     return load_params(rl.init_from,
                        state_lib.abstract_sharded_params(ctx.model_config, ctx.mesh, ctx.rules))
@@ -241,6 +243,8 @@ def train(config, workdir: str) -> dict:
       return fresh_state(), 0
     except CheckpointMismatchError as e:
       raise mismatched_checkpoints(workdir, config, e) from None
+    tokenizer_fingerprint.check(extra.get("tokenizer"), ctx.tokenizer, "--workdir", workdir,
+                                config.tokenizer.path)
     if "rl_step" not in extra:  # an SFT run's state has the same tree as GRPO's
       raise ConfigError("--workdir", workdir, "holds another kind of run's checkpoints (an "
                         "SFT run's?); start RL from its export with rl.init_from=<that "
@@ -253,9 +257,11 @@ def train(config, workdir: str) -> dict:
         logging.warning("checkpoint has no mixture state: the curriculum restarts")
     return restored, int(extra["rl_step"])
 
+  fingerprint = tokenizer_fingerprint.of(ctx.tokenizer)
+
   def save(done: int):
-    checkpoints.save(done, state, extra={"rl_step": done, "mixture": c.mixture.state_dict()},
-                     force=True)
+    checkpoints.save(done, state, extra={"rl_step": done, "mixture": c.mixture.state_dict(),
+                                         "tokenizer": fingerprint}, force=True)
 
   start = 0
   if checkpoints.latest_step() is not None:

@@ -19,7 +19,7 @@ from rl_post.checkpoint.manager import (CheckpointManager, CheckpointMismatchErr
                                         CorruptCheckpointError)
 from rl_post.checkpoint.params import save_params
 from rl_post.config_sections import check, from_section
-from rl_post.data import batching
+from rl_post.data import batching, tokenizer_fingerprint
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.errors import ConfigError
 from rl_post.metrics.timing import StepTimer
@@ -38,7 +38,6 @@ from rl_post.training.run import (mismatched_checkpoints, pretrained_params, sco
 from rl_post.training.step import jit_train_step, make_train_step
 
 EXPORT_DIR = "export"
-_EXTRA = {"run": "sft"}  # saved with every step: an RL trainer refuses these checkpoints
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,8 +183,12 @@ def train(config, workdir: str) -> dict:
     if "rl_step" in extra:  # an RL run's state has the same tree as SFT's
       raise ConfigError("--workdir", workdir, "holds an RL run's checkpoints; SFT needs a "
                         "workdir of its own")
+    tokenizer_fingerprint.check(extra.get("tokenizer"), ctx.tokenizer, "--workdir", workdir,
+                                config.tokenizer.path)
     return restored
 
+  # saved with every step: the run's kind (an RL trainer refuses them) and tokenizer
+  saved_extra = {"run": "sft", "tokenizer": tokenizer_fingerprint.of(ctx.tokenizer)}
   state = restore_latest()
   ctx.write_config()  # after the restore: a workdir the config does not fit keeps its own
   start = int(state.step)
@@ -220,13 +223,13 @@ def train(config, workdir: str) -> dict:
         logging.info("sft step %d: loss %.4f acc %.3f", done, metrics["loss"],
                      metrics["token_accuracy"])
       if done % sft.checkpoint_every == 0 or done == sft.num_steps:
-        checkpoints.save(done, state, extra=_EXTRA, force=True)
+        checkpoints.save(done, state, extra=saved_extra, force=True)
         injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
       injector.after_step(done)
       it = done
       if preempt.requested and it < sft.num_steps:
         if checkpoints.latest_step() != done:
-          checkpoints.save(done, state, extra=_EXTRA, force=True)
+          checkpoints.save(done, state, extra=saved_extra, force=True)
         fault_log.record("sigterm_checkpointed", done)
         logging.warning("SIGTERM: saved checkpoint at step %d; exiting", done)
         break
@@ -237,5 +240,6 @@ def train(config, workdir: str) -> dict:
   if it < sft.num_steps:  # stopped by SIGTERM; no export yet
     return {"state": state, "metrics": metrics, "export_dir": None, "context": ctx,
             "preempted": True}
-  export = save_params(os.path.join(workdir, EXPORT_DIR), ctx.model_config, state.params)
+  export = save_params(os.path.join(workdir, EXPORT_DIR), ctx.model_config, state.params,
+                       tokenizer=ctx.tokenizer)
   return {"state": state, "metrics": metrics, "export_dir": export, "context": ctx}
