@@ -2,6 +2,7 @@
 errors: a MissingInputError naming --checkpoint or tokenizer.path (one line, exit 2
 from experiments/evaluate.py), and the readers say "truncated" where they can tell."""
 
+import gc
 import json
 import os
 import shutil
@@ -122,6 +123,7 @@ def test_damaged_checkpoint_names_the_flag(case, originals, config, tokenizer, t
                                     tuple(tuple(r) for r in config.sharding_rules))
   assert info.value.field == "--checkpoint" and info.value.value == path
   assert "\n" not in str(info.value)
+  gc.collect()  # free those tasks now, under this test's filter, not in a later test's
 
 
 def test_undamaged_originals_load(originals, config, tokenizer):

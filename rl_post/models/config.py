@@ -1,6 +1,7 @@
 """Model hyperparameters: one frozen, validated, hashable dataclass."""
 
 import dataclasses
+import json
 from typing import Any, Mapping
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -108,3 +109,20 @@ class ModelConfig:
     block = attn + 3 * e * f + 2 * e
     head = 0 if self.tie_embeddings else self.vocab_size * e
     return self.num_layers * block + self.vocab_size * e + head + e
+
+
+def read_config_file(path: str) -> dict:
+  """The JSON object in a model config file (an export's model_config.json, a HF
+  folder's config.json).
+
+  Raises:
+    ValueError: the file is not JSON, or holds something else than an object.
+  """
+  with open(path) as f:
+    try:
+      values = json.load(f)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+      raise ValueError(f"{path} is not valid JSON ({e})") from e
+  if not isinstance(values, dict):
+    raise ValueError(f"{path} is not a JSON object")
+  return values

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from rl_post.models import hf_mapping, safetensors_io
-from rl_post.models.config import ModelConfig, RopeScaling
+from rl_post.models.config import ModelConfig, RopeScaling, read_config_file
 from rl_post.models.transformer import abstract_params, param_logical_axes
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
@@ -136,14 +136,7 @@ def read_config(hf_dir: str, *, dtype: str | None = None) -> ModelConfig:
   path = os.path.join(hf_dir, CONFIG_FILE)
   if not os.path.exists(path):
     raise FileNotFoundError(f"no {CONFIG_FILE} in {hf_dir!r}")
-  with open(path) as f:
-    try:
-      hf_config = json.load(f)
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-      raise ValueError(f"{path} is not valid JSON ({e})") from e
-  if not isinstance(hf_config, dict):
-    raise ValueError(f"{path} is not a JSON object")
-  return config_from_hf(hf_config, dtype=dtype)
+  return config_from_hf(read_config_file(path), dtype=dtype)
 
 
 # ----------------------------------------------------------------------------- load
