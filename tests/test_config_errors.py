@@ -13,6 +13,7 @@ from rl_post.data import batching, mixture
 from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.parallel import sharding
+from rl_post.rl.components import check_context_widths
 from rl_post.tasks import arithmetic
 from rl_post.rl import trainer as rl_trainer
 from rl_post.sft import trainer as sft_trainer
@@ -135,3 +136,15 @@ def test_eval_sets_that_were_never_built_name_their_folder(tokenizer_path, tmp_p
   assert info.value.field == "tasks.eval_data_dir"
   assert "build_eval_sets.py" in info.value.problem
   assert not os.listdir(tmp_path / "run")  # no config.json for a run that did not start
+
+
+def test_rollout_widths_must_split_over_the_context_axis():
+  # a rollout is a prompt bucket plus max_new_tokens wide; ring attention splits that
+  # width into 2 blocks per context shard (zigzag): 16 + 15 = 31 failed the first update
+  rl = types.SimpleNamespace(max_prompt_len=24, max_new_tokens=15)
+  with pytest.raises(ConfigError, match=r"widths \[31, 47\] .* multiple of 8") as info:
+    check_context_widths(rl, (16, 32, 64), "zigzag", 4)
+  assert info.value.field == "rl.max_new_tokens"
+  check_context_widths(types.SimpleNamespace(max_prompt_len=24, max_new_tokens=16),
+                       (16, 32, 64), "zigzag", 4)
+  check_context_widths(rl, (17, 33), "striped", 4)  # 32 and 48 split into 4 stripes

@@ -9,7 +9,7 @@ from rl_post.config_sections import from_section
 from rl_post.data import eval_sets
 from rl_post.data.mixture import TaskConfig
 from rl_post.envs import trainer_rounds
-from rl_post.errors import MissingInputError, UserError
+from rl_post.errors import ConfigError, MissingInputError, UserError
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import process_data, sharding
 from rl_post.rewards.scoring import RewardConfig
@@ -43,6 +43,21 @@ def rl_sections(config) -> dict:
     raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
                      "see a round's rewards before drawing the next one")
   return sections
+
+
+def check_context_widths(rl, length_buckets, layout: str, context: int):
+  """Ring attention splits the update's width into equal blocks per context shard (two
+  per shard in the zigzag layout): every width a rollout can have (a prompt bucket up to
+  rl.max_prompt_len's, plus rl.max_new_tokens) must split, or the first update fails."""
+  blocks = 2 * context if layout == "zigzag" else context
+  reachable = [b for b in length_buckets if b < rl.max_prompt_len] + [
+      next((b for b in length_buckets if b >= rl.max_prompt_len), rl.max_prompt_len)]
+  bad = sorted({b + rl.max_new_tokens for b in reachable if (b + rl.max_new_tokens) % blocks})
+  if bad:
+    raise ConfigError("rl.max_new_tokens", rl.max_new_tokens,
+                      f"gives rollout widths {bad} (prompt buckets {tuple(reachable)} plus "
+                      f"the response) that the {layout} layout over mesh.context={context} "
+                      f"cannot split: each must be a multiple of {blocks}")
 
 
 class RLComponents:
@@ -97,6 +112,9 @@ class RLComponents:
     self.batch_sharding = {k: sharding.batch_sharding(mesh, rules, nd)
                            for k, nd in batch_ndims(rl).items()}
     cp_mesh = mesh_lib.context_mesh(mesh)
+    if cp_mesh is not None:
+      check_context_widths(rl, self.sampling.length_buckets, ctx.model_config.context_layout,
+                           dict(zip(mesh.axis_names, mesh.devices.shape))["context"])
     if cp_mesh is not None and rl.shared_prefix:
       raise ValueError("rl.shared_prefix does not combine with context parallelism "
                        "(mesh context axis > 1): turn one of them off")
