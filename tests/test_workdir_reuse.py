@@ -12,6 +12,7 @@ import pytest
 from configs import grpo_arithmetic, sft_arithmetic
 from rl_fixtures import DIGIT_DOMAIN
 from rl_post.data import tokenizer_fingerprint
+from rl_post.envs.call_vocab import CallVocabTokenizer
 from rl_post.errors import ConfigError
 from rl_post.rl import trainer as rl_trainer
 from rl_post.sft import trainer as sft_trainer
@@ -70,6 +71,10 @@ def test_another_kind_of_run_on_the_workdir_is_refused(tokenizer_path, sft_workd
   rl_trainer.train(_rl_config(tokenizer_path), rl_workdir)
   with pytest.raises(ConfigError, match="holds an RL run's checkpoints"):
     sft_trainer.train(_sft_config(tokenizer_path), rl_workdir)
+  fewer = _rl_config(tokenizer_path)
+  fewer.rl.num_steps = 0  # the run is at step 1 (a Progress traceback before)
+  with pytest.raises(ConfigError, match=r"is below the step the run .* has reached \(1\)"):
+    rl_trainer.train(fewer, rl_workdir)
   assert _config_json(rl_workdir)["rl"]["num_steps"] == 1
 
 
@@ -135,3 +140,10 @@ def test_a_model_is_run_only_with_the_tokenizer_it_was_trained_with(
   assert e.value.field == "tokenizer.path" and f"rl.init_from={str(other)!r}" in e.value.problem
   os.remove(other / tokenizer_fingerprint.FILENAME)  # an export from before fingerprints
   assert _initial_params(c, str(tmp_path / "run2")) is not None
+
+
+def test_every_tokenizer_kind_has_a_fingerprint():
+  # the episodes' call-vocabulary tokenizer has no bos_id (every episodes run crashed)
+  calls = tokenizer_fingerprint.of(CallVocabTokenizer(copies=2))
+  assert calls["vocab_size"] == CallVocabTokenizer(copies=2).vocab_size
+  assert calls != tokenizer_fingerprint.of(CallVocabTokenizer(copies=3))

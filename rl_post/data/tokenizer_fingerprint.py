@@ -29,7 +29,8 @@ def of(tokenizer) -> dict:
   digest = hashlib.sha256()
   for i in range(tokenizer.vocab_size):
     digest.update(piece(i).encode("utf-8", "surrogatepass") + b"\0")
-  digest.update(repr((tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)).encode())
+  specials = tuple(getattr(tokenizer, name, None) for name in ("pad_id", "bos_id", "eos_id"))
+  digest.update(repr(specials).encode())  # (the call-vocabulary tokenizer has no bos_id)
   return {"vocab_size": int(tokenizer.vocab_size), "sha256": digest.hexdigest()}
 
 

@@ -84,14 +84,15 @@ class RLComponents:
     # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
     self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
     if self.episodes is not None and rl.shared_prefix:
-      raise ValueError("rl.shared_prefix applies to prompt x G rollouts; multi-turn episodes "
-                       "(episodes.enabled) do not share a fixed prompt region: turn it off")
+      raise ConfigError("rl.shared_prefix", True, "applies to prompt x G rollouts; multi-turn "
+                        "episodes (episodes.enabled) do not share a fixed prompt region: turn "
+                        "it off")
     if self.episodes is not None and rl.process_credit == "token":
-      raise ValueError("rl.process_credit='token' maps a verifier's step spans onto one "
-                       "response; an episode's turns are several: use 'sequence'")
+      raise ConfigError("rl.process_credit", "token", "maps a verifier's step spans onto one "
+                        "response; an episode's turns are several: use 'sequence'")
     if self.episodes is not None and jax.process_count() > 1:
-      raise NotImplementedError("episodes.enabled runs on one process; multi-host RL runs "
-                                "single-turn rounds (docs/scale.md)")
+      raise ConfigError("episodes.enabled", True, "runs on one process; multi-host RL runs "
+                        "single-turn rounds (docs/scale.md)")
     try:
       self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
     except FileNotFoundError as e:  # an eval set that was never built
@@ -116,11 +117,11 @@ class RLComponents:
       check_context_widths(rl, self.sampling.length_buckets, ctx.model_config.context_layout,
                            dict(zip(mesh.axis_names, mesh.devices.shape))["context"])
     if cp_mesh is not None and rl.shared_prefix:
-      raise ValueError("rl.shared_prefix does not combine with context parallelism "
-                       "(mesh context axis > 1): turn one of them off")
+      raise ConfigError("rl.shared_prefix", True, "does not combine with context parallelism "
+                        "(mesh context axis > 1): turn one of them off")
     if rl.shared_prefix and jax.process_count() > 1:
-      raise NotImplementedError("rl.shared_prefix runs on one process (each process would "
-                                "find its own shared length): turn it off for multi-host runs")
+      raise ConfigError("rl.shared_prefix", True, "runs on one process (each process would "
+                        "find its own shared length): turn it off for multi-host runs")
     self._cp_mesh, self._step_fns, self._ref_fns = cp_mesh, {}, {}
     # the update's width follows the batch (rl.width_multiple), except where the
     # context axis splits the sequence into fixed blocks

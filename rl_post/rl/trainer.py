@@ -50,8 +50,8 @@ from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog
 from rl_post.training.guard import NonFiniteGuard
 from rl_post.training.preemption import SigtermFlag
-from rl_post.training.run import (RunContext, mismatched_checkpoints, pretrained_params,
-                                  scoped_run, shape_differences)
+from rl_post.training.run import (RunContext, check_not_past, mismatched_checkpoints,
+                                  pretrained_params, scoped_run, shape_differences)
 
 
 def _initial_params(ctx: RunContext, rl: RLConfig):
@@ -267,6 +267,7 @@ def train(config, workdir: str) -> dict:
   if checkpoints.latest_step() is not None:
     state, start = restore_latest()
     logging.info("resumed from iteration %d", start)
+  check_not_past(start, rl.num_steps, "rl.num_steps", workdir)
   ctx.write_config()  # after the restore: a workdir the config does not fit keeps its own
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = ProcessSplitPool(RewardPool(c.rewards, c.tasks.domain_options))  # per host

@@ -33,8 +33,8 @@ from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
 from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.preemption import SigtermFlag
-from rl_post.training.run import (mismatched_checkpoints, pretrained_params, scoped_run,
-                                  setup_run)
+from rl_post.training.run import (check_not_past, mismatched_checkpoints, pretrained_params,
+                                  scoped_run, setup_run)
 from rl_post.training.step import jit_train_step, make_train_step
 
 EXPORT_DIR = "export"
@@ -190,6 +190,7 @@ def train(config, workdir: str) -> dict:
   # saved with every step: the run's kind (an RL trainer refuses them) and tokenizer
   saved_extra = {"run": "sft", "tokenizer": tokenizer_fingerprint.of(ctx.tokenizer)}
   state = restore_latest()
+  check_not_past(int(state.step), sft.num_steps, "sft.num_steps", workdir)
   ctx.write_config()  # after the restore: a workdir the config does not fit keeps its own
   start = int(state.step)
   if start:

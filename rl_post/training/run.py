@@ -122,6 +122,13 @@ def config_changes(before: dict | None, after: ml_collections.ConfigDict,
           for k in keys if old.get(k, "<unset>") != new.get(k, "<unset>")]
 
 
+def check_not_past(resumed_at: int, num_steps: int, field: str, workdir: str):
+  """Raises ConfigError on `field` when the workdir's run is already past `num_steps`."""
+  if resumed_at > num_steps:
+    raise ConfigError(field, num_steps, f"is below the step the run in --workdir={workdir!r} "
+                      f"has reached ({resumed_at}): raise it to go on, or use a new --workdir")
+
+
 def mismatched_checkpoints(workdir: str, config: ml_collections.ConfigDict,
                            error: Exception) -> ConfigError:
   """The error for a workdir whose checkpoints do not fit `config`'s state (its model,
