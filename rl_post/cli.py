@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from absl import app, flags
 
-from rl_post.errors import UserError
+from rl_post.errors import UserError, one_line, root_cause
 from rl_post.training import host_memory
 from rl_post.training.run import ensure_workdir
 
@@ -92,16 +92,6 @@ def _flag_value(name: str) -> Any:
   return flags.FLAGS[name].value if name in flags.FLAGS else None
 
 
-def _root_cause(error: BaseException) -> BaseException:
-  while error.__cause__ is not None or error.__context__ is not None:
-    error = error.__cause__ or error.__context__
-  return error
-
-
-def _one_line(text: str) -> str:
-  return " ".join(text.split())
-
-
 def flag_error_line(message: str) -> str:
   """`--flag=value: problem` for absl's flag parsing message.
 
@@ -114,12 +104,12 @@ def flag_error_line(message: str) -> str:
     return f"--{unknown.group(1)}: unknown flag"
   match = re.match(r"\s*flag (--[\w.]+)=(.*?): (.*)", message, re.S)
   if not match:
-    return _one_line(message)
+    return one_line(message)
   name, value, problem = match.groups()
   if "must have a value other than None" in problem:
     return f"{name}: is required"
   lines = [line.strip() for line in problem.strip().splitlines() if line.strip()]
-  problem = lines[-1] if len(lines) > 1 else _one_line(problem)  # a traceback's last line
+  problem = lines[-1] if len(lines) > 1 else one_line(problem)  # a traceback's last line
   return f"{name}={value!r}: {problem}"
 
 
@@ -169,7 +159,7 @@ def _loaded_config() -> Any:
     return config
   except OSError as e:
     name = getattr(flags.FLAGS["config"], "config_filename", None)
-    lines = str(_root_cause(e)).strip().splitlines() or [type(e).__name__]
+    lines = str(root_cause(e)).strip().splitlines() or [type(e).__name__]
     fail(f"--config={name!r}: cannot be loaded ({lines[-1].strip()})")
 
 

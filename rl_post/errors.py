@@ -34,6 +34,21 @@ class MissingInputError(UserError, FileNotFoundError):
   """A path named in the config or on the command line does not hold what it should."""
 
 
+def one_line(text: Any) -> str:
+  """`text` with every run of whitespace (newlines too) as one space."""
+  return " ".join(str(text).split())
+
+
+def root_cause(error: BaseException) -> BaseException:
+  """The innermost exception `error` was raised from (following __cause__, else
+  __context__): e.g. tensorstore's own error under orbax's wrappers."""
+  seen = set()
+  while id(error) not in seen and (error.__cause__ or error.__context__) is not None:
+    seen.add(id(error))
+    error = error.__cause__ or error.__context__
+  return error
+
+
 # What loaders of model, checkpoint and tokenizer files raise on a file that is
 # truncated, garbled or of the wrong kind (tensorstore and sentencepiece raise
 # ValueError and RuntimeError; struct, the GGUF and safetensors readers the rest).
@@ -62,7 +77,7 @@ class reading:  # noqa: N801 (used as a context manager, like `open`)
     if exc is None or isinstance(exc, UserError):
       return False
     if isinstance(exc, UNREADABLE_FILE_ERRORS):
-      detail = " ".join(str(exc).split())[:300] or "no message"
+      detail = one_line(exc)[:300] or "no message"
       raise MissingInputError(self.field, self.path,
                               f"{self.what} ({type(exc).__name__}: {detail})") from exc
     return False

@@ -11,6 +11,7 @@ import os
 import jax
 import orbax.checkpoint as ocp
 
+from rl_post import errors
 from rl_post.data import tokenizer_fingerprint
 from rl_post.models import ModelConfig
 from rl_post.models.config import read_config_file
@@ -83,10 +84,7 @@ def _stored_tree(checkpointer, path: str):
 def innermost_error(e: BaseException) -> str:
   """"<type>: <first line>" of the innermost exception `e` was raised from: tensorstore's
   own message (e.g. a byte range past the end of a file) under orbax's wrappers."""
-  seen = set()
-  while id(e) not in seen and (e.__cause__ or e.__context__) is not None:
-    seen.add(id(e))
-    e = e.__cause__ or e.__context__
+  e = errors.root_cause(e)
   return f"{type(e).__name__}: " + (str(e).strip().splitlines() or ["no message"])[0][:300]
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from rl_post.data.mixture import TaskConfig, TaskMixture
-from rl_post.errors import ConfigError
+from rl_post.errors import ConfigError, MissingInputError
 from rl_post.tasks.base import Task
 
 VERSION = "1.0.0"
@@ -179,7 +179,8 @@ def source(spec: EvalSetSpec, data_dir: str):
   """The set's records in build order (random access, `len`)."""
   path = os.path.join(data_dir, BUILDER_NAME, spec.config_name, VERSION, "dataset_info.json")
   if not os.path.exists(path):
-    raise FileNotFoundError(
+    raise MissingInputError(
+        "tasks.eval_data_dir", data_dir,
         f"eval set of domain {spec.domain!r} ({spec.dataset_name}) is not built in {data_dir}; "
         "run: python experiments/build_eval_sets.py --config=<your config>")
   return tfds.data_source(spec.dataset_name, data_dir=data_dir, split=SPLIT, download=False)

@@ -143,7 +143,7 @@ def _blamed_on_workdir_config(path: str):
   try:
     yield
   except (errors.UserError, ValueError, TypeError, KeyError) as e:
-    detail = " ".join(str(e).split())[:400]
+    detail = errors.one_line(e)[:400]
     raise MissingInputError("--checkpoint", path, "holds a config.json (the config its run "
                             f"was trained with) that is not valid: {detail}") from e
 
@@ -243,10 +243,7 @@ def load_checkpoint(path: str, config, tokenizer, mesh, rules) -> Loaded:
 
 def heldout_tasks(config: ml_collections.ConfigDict):
   task_config = from_section(TaskConfig, config.get("tasks"), "tasks")
-  try:
-    tasks = eval_sets.make_mixture(task_config, int(config.seed)).heldout
-  except FileNotFoundError as e:
-    raise MissingInputError("tasks.eval_data_dir", task_config.eval_data_dir, str(e)) from None
+  tasks = eval_sets.make_mixture(task_config, int(config.seed)).heldout  # unbuilt: a user error
   if not tasks:
     raise ConfigError("tasks.heldout_size", config.tasks.get("heldout_size"),
                       "must be > 0 to evaluate")

@@ -12,7 +12,7 @@ share of right steps) pools the same way, per domain (level "all").
 import re
 from collections.abc import Mapping, Sequence
 
-from rl_post.errors import ConfigError, MissingInputError
+from rl_post.errors import ConfigError, MissingInputError, one_line
 from rl_post.metrics.writers import read_metrics
 
 _PASS_RE = re.compile(r"^domain/(?P<domain>[^/]+)/difficulty/(?P<level>-?\d+)/pass_rate$")
@@ -94,7 +94,7 @@ def read_run(workdir: str, field: str = "--runs") -> list[dict]:
   except FileNotFoundError as e:
     raise MissingInputError(field, workdir, f"{e} (an RL workdir holds one)") from e
   except (ValueError, OSError) as e:  # a malformed line (the message names file and line)
-    detail = " ".join(str(e).split())
+    detail = one_line(e)
     raise MissingInputError(field, workdir, f"metrics cannot be read: {detail}") from e
 
 

@@ -9,7 +9,7 @@ from rl_post.config_sections import from_section
 from rl_post.data import eval_sets
 from rl_post.data.mixture import TaskConfig
 from rl_post.envs import trainer_rounds
-from rl_post.errors import ConfigError, MissingInputError, UserError
+from rl_post.errors import ConfigError
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import process_data, sharding
 from rl_post.rewards.scoring import RewardConfig
@@ -93,12 +93,7 @@ class RLComponents:
     if self.episodes is not None and jax.process_count() > 1:
       raise ConfigError("episodes.enabled", True, "runs on one process; multi-host RL runs "
                         "single-turn rounds (docs/scale.md)")
-    try:
-      self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))
-    except FileNotFoundError as e:  # an eval set that was never built
-      if isinstance(e, UserError):
-        raise
-      raise MissingInputError("tasks.eval_data_dir", self.tasks.eval_data_dir, str(e)) from None
+    self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))  # unbuilt: a user error
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,

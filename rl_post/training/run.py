@@ -135,7 +135,7 @@ def mismatched_checkpoints(workdir: str, config: ml_collections.ConfigDict,
   optimizer or algorithm changed since they were saved), naming what changed."""
   changes = config_changes(stored_config(workdir), config)
   what = (f"this config changes {'; '.join(changes[:6])}" if changes
-          else f"({' '.join(str(error).split())[:300]})")
+          else f"({errors.one_line(error)[:300]})")
   return ConfigError("--workdir", workdir,
                      f"holds checkpoints of another model, optimizer or algorithm: {what}. "
                      "Resume with the config in its config.json, or use a new --workdir")
