@@ -31,7 +31,16 @@ def _run_compilation_cache() -> str | None:
   return path
 
 
+def _add_test_xla_flags() -> None:
+  """Appends the suite's XLA flags (tests/xla_test_flags.py) to the caller's."""
+  from xla_test_flags import TEST_XLA_FLAGS
+  flags = os.environ.get("XLA_FLAGS", "")
+  if TEST_XLA_FLAGS not in flags:
+    os.environ["XLA_FLAGS"] = f"{flags} {TEST_XLA_FLAGS}".strip()
+
+
 _OWN_CACHE = _run_compilation_cache()
+_add_test_xla_flags()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -8,7 +8,6 @@ Prints one JSON object; tests/test_sharded_generation.py checks it.
 import json
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rl_post import models

@@ -14,6 +14,7 @@ from rl_post import models
 from rl_post.parallel import aot
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
+from xla_test_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _aot(tmp_path, *flags):
   out_json = tmp_path / "aot.json"
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "aot_check.py"),
                         *flags, f"--json_out={out_json}"], env=env, capture_output=True,
                        text=True, timeout=600, cwd=ROOT)

@@ -13,6 +13,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from rl_post.checkpoint import (CheckpointManager, CheckpointMismatchError,
                                 CorruptCheckpointError)
+from xla_test_flags import xla_flags
 
 
 @struct.dataclass
@@ -233,7 +234,7 @@ def test_restore_reshards_onto_abstract_sharding(tmp_path):
   import subprocess
   import sys
   env = {**os.environ,
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+         "XLA_FLAGS": xla_flags(4),
          "JAX_PLATFORMS": "cpu",
          "PYTHONPATH": os.pathsep.join(
              [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -9,6 +9,8 @@ import os
 import nbformat
 from nbclient import NotebookClient
 
+from xla_test_flags import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "colab", "quickstart.ipynb")
 
@@ -35,7 +37,7 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
   monkeypatch.setenv("RL_POST_COLAB_WORKDIR", str(workdir))
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   monkeypatch.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  monkeypatch.setenv("XLA_FLAGS", xla_flags())
   nb = nbformat.read(NOTEBOOK, as_version=4)
   NotebookClient(nb, timeout=600, kernel_name="python3",
                  resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -8,12 +8,14 @@ import sys
 
 import pytest
 
+from xla_test_flags import xla_flags
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def report():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
              PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
   out = subprocess.run([sys.executable, os.path.join(HERE, "context_parallel_check.py")],
                        env=env, capture_output=True, text=True, timeout=900)

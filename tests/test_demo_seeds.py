@@ -19,6 +19,7 @@ from rl_post import seed_runs
 from rl_post.errors import ConfigError
 from rl_post.eval import seeds
 from rl_post.metrics.writers import read_metrics
+from xla_test_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,7 +101,7 @@ def _run_script(workdir, seeds, jobs=1):
   """
   assert os.environ.get("JAX_COMPILATION_CACHE_DIR"), "tests/conftest.py sets it"
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   proc = subprocess.run(
       [sys.executable, "experiments/demo_seeds.py", "--config=configs/demo.py:tiny",
        "--config.rl.num_steps=2", f"--seeds={seeds}", f"--workdir={workdir}", f"--jobs={jobs}"],

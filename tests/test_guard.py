@@ -3,7 +3,6 @@
 import json
 import os
 
-import jax
 import numpy as np
 import pytest
 
@@ -14,9 +13,7 @@ from rl_post.checkpoint import integrity
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
 from rl_post.sft import trainer as sft_trainer
-from rl_post.training import state as state_lib
 from rl_post.training.guard import NonFiniteTrainingError
-from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 
 
 def rl_config(tokenizer_path, num_steps, **faults):

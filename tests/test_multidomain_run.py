@@ -18,6 +18,7 @@ import pytest
 from configs import grpo_multidomain
 from rl_post.data.tokenizer import SentencePieceTokenizer
 from rl_post.rewards.scoring import ERROR_KINDS
+from xla_test_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOMAINS = grpo_multidomain.DOMAINS
@@ -26,7 +27,7 @@ NUM_STEPS = grpo_multidomain.get_config("tiny").rl.num_steps
 
 def _run(*argv: str) -> None:
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=600)
   assert proc.returncode == 0, f"{argv[0]} failed:\n{proc.stderr[-4000:]}"

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from host_faults import free_port, kill_one_host_after
+from xla_test_flags import xla_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -27,7 +28,7 @@ VOLATILE = ("time/", "perf/", "throughput/", "progress/", "faults/")
 def _train(workdir, tok, processes, port=0, process_id=0):
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]),
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // processes}")
+             XLA_FLAGS=xla_flags(8 // processes))
   if processes > 1:
     env.update(RL_POST_COORDINATOR_ADDRESS=f"localhost:{port}",
                RL_POST_NUM_PROCESSES=str(processes), RL_POST_PROCESS_ID=str(process_id))

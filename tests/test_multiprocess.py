@@ -17,6 +17,7 @@ from host_faults import free_port, kill_one_host_after
 
 from rl_post.parallel import distributed
 from rl_post.parallel.distributed import DistributedConfig
+from xla_test_flags import xla_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 1e-5  # f32: reduction order differs between the layouts
@@ -25,7 +26,7 @@ TOL = 1e-5  # f32: reduction order differs between the layouts
 def _start(out, num_processes, process_id, local_devices, port=0, hf_dir=""):
   env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep +
              os.environ.get("PYTHONPATH", ""))
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   argv = [sys.executable, os.path.join(HERE, "multiprocess_worker.py"),
           f"--num_processes={num_processes}", f"--process_id={process_id}",
           f"--port={port}", f"--local_devices={local_devices}", f"--out={out}",
@@ -148,7 +149,7 @@ def test_off_mode_initialises_nothing():
 def _sft(workdir, tok, steps, processes, port=0, process_id=0):
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.dirname(HERE) + os.pathsep +
              os.environ.get("PYTHONPATH", ""),
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // processes}")
+             XLA_FLAGS=xla_flags(8 // processes))
   flags = []
   if processes > 1:
     env.update(RL_POST_COORDINATOR_ADDRESS=f"localhost:{port}",

@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from xla_test_flags import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOK = "{work}/tokenizer/arithmetic.model"
 
@@ -217,7 +219,7 @@ def runner(tmp_path_factory):
         assert run(before).returncode == 0, f"{before!r} failed"
       argv = [a.format(py=sys.executable, work=work) for a in entry.argv]
       env = dict(os.environ, PYTHONPATH=ROOT, PYTHON=sys.executable, JAX_PLATFORMS="cpu")
-      env.pop("XLA_FLAGS", None)
+      env["XLA_FLAGS"] = xla_flags()
       done[command] = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
                                      timeout=900)
     return done[command]

@@ -5,11 +5,13 @@ import os
 import subprocess
 import sys
 
+from xla_test_flags import xla_flags
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_sharded_generation_equals_single_device():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
              PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
   out = subprocess.run([sys.executable, os.path.join(HERE, "sharded_generation.py")],
                        env=env, capture_output=True, text=True, timeout=600)

@@ -10,13 +10,14 @@ from jax.sharding import PartitionSpec
 
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
+from xla_test_flags import xla_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def report():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
              PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
   out = subprocess.run([sys.executable, os.path.join(HERE, "sharded_equivalence.py")],
                        env=env, capture_output=True, text=True, timeout=600)

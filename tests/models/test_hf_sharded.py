@@ -5,12 +5,14 @@ import os
 import subprocess
 import sys
 
+from xla_test_flags import xla_flags
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def test_load_places_each_param_in_its_sharding(tmp_path):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   out = subprocess.run([sys.executable, os.path.join(HERE, "sharded_load.py"), str(tmp_path)],
                        env=env, capture_output=True, text=True, timeout=600)

@@ -89,7 +89,9 @@ def _batch(rl, tokens):
 def test_update_and_reference_equal_the_per_row_ones(grad_accum):
   config = _model()
   tokens = _grouped_tokens()
-  optimizer = optax.adam(1e-2)
+  # plain SGD at rate 1: the parameters move by the gradient itself (Adam's first
+  # step is about lr * sign(g), which magnifies rounding-level gradients)
+  optimizer = optax.sgd(1.0)
   params = models.init_params(config, jax.random.key(0))
   outs = {}
   for shared in (False, True):
