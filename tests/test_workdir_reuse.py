@@ -147,3 +147,20 @@ def test_every_tokenizer_kind_has_a_fingerprint():
   calls = tokenizer_fingerprint.of(CallVocabTokenizer(copies=2))
   assert calls["vocab_size"] == CallVocabTokenizer(copies=2).vocab_size
   assert calls != tokenizer_fingerprint.of(CallVocabTokenizer(copies=3))
+
+
+def test_resume_with_other_settings_records_them_in_config_history(tokenizer_path, tmp_path):
+  workdir = str(tmp_path / "sft")
+  sft_trainer.train(_sft_config(tokenizer_path), workdir)
+  history = os.path.join(workdir, run.CONFIG_HISTORY)
+  sft_trainer.train(_sft_config(tokenizer_path), workdir)  # same settings: nothing to record
+  assert not os.path.exists(history)
+  c = _sft_config(tokenizer_path)
+  rate = c.optimizer.learning_rate
+  c.sft.num_steps, c.optimizer.learning_rate = 3, rate / 2
+  sft_trainer.train(c, workdir)
+  with open(history) as f:
+    records = [json.loads(line) for line in f]
+  assert records == [{"step": 2, "changes": {"optimizer.learning_rate": [rate, rate / 2],
+                                             "sft.num_steps": [2, 3]}}]
+  assert _config_json(workdir)["optimizer"]["learning_rate"] == rate / 2

@@ -268,7 +268,7 @@ def train(config, workdir: str) -> dict:
     state, start = restore_latest()
     logging.info("resumed from iteration %d", start)
   check_not_past(start, rl.num_steps, "rl.num_steps", workdir)
-  ctx.write_config()  # after the restore: a workdir the config does not fit keeps its own
+  ctx.write_config(start)  # after the restore: a workdir the config does not fit keeps its own
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = ProcessSplitPool(RewardPool(c.rewards, c.tasks.domain_options))  # per host
   timer = StepTimer()

@@ -190,9 +190,9 @@ def train(config, workdir: str) -> dict:
   # saved with every step: the run's kind (an RL trainer refuses them) and tokenizer
   saved_extra = {"run": "sft", "tokenizer": tokenizer_fingerprint.of(ctx.tokenizer)}
   state = restore_latest()
-  check_not_past(int(state.step), sft.num_steps, "sft.num_steps", workdir)
-  ctx.write_config()  # after the restore: a workdir the config does not fit keeps its own
   start = int(state.step)
+  check_not_past(start, sft.num_steps, "sft.num_steps", workdir)
+  ctx.write_config(start)  # after the restore: a workdir the config does not fit keeps its own
   if start:
     logging.info("resumed SFT at step %d", start)
   writer = MetricWriter(workdir, truncate_after_step=start)

@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import ml_collections
+from absl import logging
 
 from rl_post.data.hf_tokenizer import load_tokenizer
 from rl_post.data.tokenizer import Tokenizer
@@ -68,8 +69,21 @@ def ensure_output_file(path: str, flag: str) -> str:
   return path
 
 
-def write_config(workdir: str, config: ml_collections.ConfigDict):
+CONFIG_HISTORY = "config_history.jsonl"
+
+
+def write_config(workdir: str, config: ml_collections.ConfigDict, step: int | None = None):
+  """workdir/config.json: `config`. A run resumed at `step` with other settings than
+  the config.json it replaces appends what changed to workdir/config_history.jsonl
+  ({"step", "changes": {field: [old, new]}}) and logs it, so the settings its earlier
+  steps ran with are not lost."""
   ensure_workdir(workdir)
+  changes = setting_changes(stored_config(workdir), config) if step is not None else {}
+  if changes:
+    logging.warning("resuming at step %d with changed settings: %s", step,
+                    "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()))
+    with open(os.path.join(workdir, CONFIG_HISTORY), "a") as f:
+      f.write(json.dumps({"step": step, "changes": changes}) + "\n")
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config_to_json(config))
 
@@ -84,7 +98,8 @@ def check_seed(config: ml_collections.ConfigDict):
 def check_run_layout(workdir: str):
   """Raises ConfigError when a trainer's own paths in `workdir` are taken by the wrong kind
   of entry (a file named checkpoints/ would stall the first save for minutes)."""
-  for name, want_dir in (("checkpoints", True), ("config.json", False)):
+  for name, want_dir in (("checkpoints", True), ("config.json", False),
+                         (CONFIG_HISTORY, False)):
     path = os.path.join(workdir, name)
     if os.path.exists(path) and os.path.isdir(path) != want_dir:
       kind = "a file" if want_dir else "a directory"
@@ -110,16 +125,24 @@ def _flat(tree, prefix=""):
   return out
 
 
+def setting_changes(before: dict | None, after: ml_collections.ConfigDict,
+                    sections: tuple[str, ...] = ("",)) -> dict[str, list]:
+  """{field: [old, new]} for the fields under `sections` ("" is every field) that
+  differ between a stored config.json (`before`) and `after`; "<unset>" for a field
+  one of them lacks."""
+  if not before:
+    return {}
+  old, new = _flat(before), _flat(json.loads(config_to_json(after)))
+  keys = sorted(k for k in set(old) | set(new)
+                if any(not s or k == s or k.startswith(s + ".") for s in sections))
+  return {k: [old.get(k, "<unset>"), new.get(k, "<unset>")] for k in keys
+          if old.get(k, "<unset>") != new.get(k, "<unset>")}
+
+
 def config_changes(before: dict | None, after: ml_collections.ConfigDict,
                    sections=("model", "optimizer", "rl.algorithm", "pretrained")) -> list[str]:
   """'field: old -> new' for the fields under `sections` that differ (what shapes a state)."""
-  if not before:
-    return []
-  old, new = _flat(before), _flat(json.loads(config_to_json(after)))
-  keys = sorted(k for k in set(old) | set(new)
-                if any(k == s or k.startswith(s + ".") for s in sections))
-  return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}"
-          for k in keys if old.get(k, "<unset>") != new.get(k, "<unset>")]
+  return [f"{k}: {a!r} -> {b!r}" for k, (a, b) in setting_changes(before, after, sections).items()]
 
 
 def check_not_past(resumed_at: int, num_steps: int, field: str, workdir: str):
@@ -185,10 +208,11 @@ class RunContext:
   model_config: ModelConfig
   root_key: jax.Array
 
-  def write_config(self):
-    """workdir/config.json: this run's resolved config (process 0 only)."""
+  def write_config(self, step: int):
+    """workdir/config.json: this run's resolved config (process 0 only); a resume at
+    `step` > 0 records the settings it changes (`write_config`)."""
     if distributed.is_primary():
-      write_config(self.workdir, self.config)
+      write_config(self.workdir, self.config, step if step else None)
 
   def key(self, stream: str) -> jax.Array:
     """A named PRNG stream derived from the root key (stable across runs)."""
