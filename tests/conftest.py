@@ -32,8 +32,8 @@ def _run_compilation_cache() -> str | None:
 
 
 def _add_test_xla_flags() -> None:
-  """Appends the suite's XLA flags (tests/xla_test_flags.py) to the caller's."""
-  from xla_test_flags import TEST_XLA_FLAGS
+  """Appends the suite's XLA flags (tests/child_process.py) to the caller's."""
+  from child_process import TEST_XLA_FLAGS
   flags = os.environ.get("XLA_FLAGS", "")
   if TEST_XLA_FLAGS not in flags:
     os.environ["XLA_FLAGS"] = f"{flags} {TEST_XLA_FLAGS}".strip()

@@ -10,11 +10,11 @@ import jax
 import numpy as np
 import pytest
 
+from child_process import xla_flags
 from rl_post import models
 from rl_post.parallel import aot
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
-from xla_test_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,9 +11,9 @@ import pytest
 from flax import struct
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from child_process import xla_flags
 from rl_post.checkpoint import (CheckpointManager, CheckpointMismatchError,
                                 CorruptCheckpointError)
-from xla_test_flags import xla_flags
 
 
 @struct.dataclass

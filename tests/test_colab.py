@@ -9,7 +9,7 @@ import os
 import nbformat
 from nbclient import NotebookClient
 
-from xla_test_flags import xla_flags
+from child_process import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "colab", "quickstart.ipynb")

@@ -1,26 +1,18 @@
 """The model with context parallelism (ring attention over a `context` axis
 of a 2 (data) x 4 (context) mesh) equals the single-device model."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from xla_test_flags import xla_flags
+from child_process import json_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def report():
-  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
-             PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  out = subprocess.run([sys.executable, os.path.join(HERE, "context_parallel_check.py")],
-                       env=env, capture_output=True, text=True, timeout=900)
-  assert out.returncode == 0, out.stderr[-3000:]
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  return json_report(os.path.join(HERE, "context_parallel_check.py"), timeout=900)
 
 
 @pytest.mark.parametrize("layout", ["zigzag", "striped"])

@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
+from child_process import xla_flags
 from rl_post import seed_runs
 from rl_post.errors import ConfigError
 from rl_post.eval import seeds
 from rl_post.metrics.writers import read_metrics
-from xla_test_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
+from child_process import xla_flags
 from configs import grpo_multidomain
 from rl_post.data.tokenizer import SentencePieceTokenizer
 from rl_post.rewards.scoring import ERROR_KINDS
-from xla_test_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOMAINS = grpo_multidomain.DOMAINS

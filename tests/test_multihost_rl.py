@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 
+from child_process import xla_flags
 from host_faults import free_port, kill_one_host_after
-from xla_test_flags import xla_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -15,9 +15,9 @@ import pytest
 
 from host_faults import free_port, kill_one_host_after
 
+from child_process import xla_flags
 from rl_post.parallel import distributed
 from rl_post.parallel.distributed import DistributedConfig
-from xla_test_flags import xla_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 1e-5  # f32: reduction order differs between the layouts

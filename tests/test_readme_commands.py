@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from xla_test_flags import xla_flags
+from child_process import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOK = "{work}/tokenizer/arithmetic.model"

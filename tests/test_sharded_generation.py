@@ -1,22 +1,14 @@
 """Sharded generation on 8 fake CPU devices equals one device (subprocess)."""
 
-import json
 import os
-import subprocess
-import sys
 
-from xla_test_flags import xla_flags
+from child_process import json_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_sharded_generation_equals_single_device():
-  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
-             PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  out = subprocess.run([sys.executable, os.path.join(HERE, "sharded_generation.py")],
-                       env=env, capture_output=True, text=True, timeout=600)
-  assert out.returncode == 0, out.stderr[-3000:]
-  report = json.loads(out.stdout.strip().splitlines()[-1])
+  report = json_report(os.path.join(HERE, "sharded_generation.py"))
   assert report["sampled"] >= 40
   assert report["tokens_equal"], report
   assert report["logp_max_diff"] < 1e-5 and report["ref_logp_max_diff"] < 1e-5, report

@@ -1,28 +1,20 @@
 """Sharded (2x2x2 mesh of fake CPU devices) == single device, and rules apply."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 from jax.sharding import PartitionSpec
 
+from child_process import json_report
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
-from xla_test_flags import xla_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def report():
-  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
-             PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  out = subprocess.run([sys.executable, os.path.join(HERE, "sharded_equivalence.py")],
-                       env=env, capture_output=True, text=True, timeout=600)
-  assert out.returncode == 0, out.stderr[-3000:]
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  return json_report(os.path.join(HERE, "sharded_equivalence.py"))
 
 
 def test_sharded_forward_and_train_step_equal_single_device(report):
