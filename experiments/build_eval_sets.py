@@ -27,9 +27,9 @@ def main(argv):
     raise ConfigError("tasks.eval_sets", tasks.eval_sets, "is empty: name the domains to build")
   ensure_workdir(tasks.eval_data_dir, "tasks.eval_data_dir")
   for spec, path in eval_sets.build_all(tasks, int(config.seed)):
-    records = eval_sets.source(spec, tasks.eval_data_dir)
+    records = eval_sets.read_records(spec, tasks.eval_data_dir)
     logging.info("%s: %d tasks in %s (sha256 %s)", spec.domain, len(records), path,
-                 eval_sets.record_digest([records[i] for i in range(len(records))])[:16])
+                 eval_sets.record_digest(records)[:16])
 
 
 if __name__ == "__main__":

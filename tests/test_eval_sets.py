@@ -12,6 +12,7 @@ from rl_post.config_sections import from_section
 from rl_post.data import eval_sets
 from rl_post.data.eval_sets import EvalSetSpec
 from rl_post.data.mixture import TaskConfig
+from rl_post.errors import MissingInputError
 from rl_post.tasks.base import Task
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -49,6 +50,25 @@ def test_read_in_a_fresh_process_without_tensorflow_or_our_builder(tmp_path):
                        timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
   first = eval_sets.draw_tasks(SPEC)[0].task_id
   assert out.stdout.split() == ["40", first, "False"]
+
+
+@pytest.mark.parametrize("damage", ["flipped bytes", "truncated", "deleted"])
+def test_a_damaged_set_is_an_error_naming_the_folder_to_delete(tmp_path, damage):
+  folder = pathlib.Path(eval_sets.build(SPEC, str(tmp_path)))
+  data = next(folder.glob("*.array_record-*"))
+  raw = bytearray(data.read_bytes())
+  if damage == "flipped bytes":
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+  elif damage == "truncated":
+    data.write_bytes(bytes(raw[:len(raw) // 3]))
+  else:
+    data.unlink()
+  for read in (eval_sets.load, eval_sets.read_records):
+    with pytest.raises(MissingInputError) as e:
+      read(SPEC, str(tmp_path))
+    assert e.value.field == "tasks.eval_data_dir"
+    assert f"delete {folder.parent} and rebuild it" in e.value.problem
 
 
 def test_spec_changes_give_a_new_set():

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
+from rl_post import errors
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.tasks.base import Task
@@ -186,14 +187,33 @@ def source(spec: EvalSetSpec, data_dir: str):
   return tfds.data_source(spec.dataset_name, data_dir=data_dir, split=SPLIT, download=False)
 
 
+def _rebuild(spec: EvalSetSpec, data_dir: str) -> str:
+  return (f"delete {os.path.join(data_dir, BUILDER_NAME, spec.config_name)} and rebuild it "
+          "with experiments/build_eval_sets.py (same --config)")
+
+
+def _reading(spec: EvalSetSpec, data_dir: str) -> errors.reading:
+  """A set that cannot be read back (a corrupted or truncated file, a garbled record)
+  is a user error naming the folder to delete: building skips a set whose folder exists."""
+  return errors.reading("tasks.eval_data_dir", data_dir, f"holds an unreadable eval set "
+                        f"{spec.dataset_name}; {_rebuild(spec, data_dir)}")
+
+
+def read_records(spec: EvalSetSpec, data_dir: str) -> list[Mapping]:
+  """Every record of the set, in build order."""
+  with _reading(spec, data_dir):
+    records = source(spec, data_dir)
+    return [records[i] for i in range(len(records))]
+
+
 def load(spec: EvalSetSpec, data_dir: str) -> list[Task]:
-  records = source(spec, data_dir)
-  tasks = [decode_record(records[i]) for i in range(len(records))]
+  """The set's tasks; a set that holds other tasks than `spec` is a ConfigError."""
+  with _reading(spec, data_dir):
+    tasks = [decode_record(r) for r in read_records(spec, data_dir)]
   if len(tasks) != spec.size or any(t.domain != spec.domain for t in tasks):
     raise ConfigError("tasks.eval_data_dir", data_dir,
                       f"holds eval set {spec.dataset_name} with {len(tasks)} tasks, expected "
-                      f"{spec.size} of domain {spec.domain!r}; rebuild it with "
-                      "experiments/build_eval_sets.py (same --config)")
+                      f"{spec.size} of domain {spec.domain!r}; {_rebuild(spec, data_dir)}")
   return tasks
 
 
