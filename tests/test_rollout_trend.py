@@ -57,6 +57,8 @@ def test_a_component_is_pooled_per_domain():
   trend = rollout_trend.windowed_pass_rates(records, window=2, component="process")
   assert trend == {("a", None): [(1, 2, 4 / 32, 32)], ("b", None): [(1, 2, 1.0, 4)]}
   assert "| a | all | 12.5 | 32 |" in rollout_trend.trend_table_md(trend)
+  assert rollout_trend.logged_components(records) == {"process"}
+  assert rollout_trend.logged_components(RECORDS) == {"pass_rate"}
 
 
 def test_script_prints_one_table_per_run(tmp_path):
@@ -70,6 +72,12 @@ def test_script_prints_one_table_per_run(tmp_path):
                        check=True).stdout
   assert out.count("| a | 2 | 87.5 | 25.0 | - | 40 |") == 2 and str(tmp_path / "r1") in out
   assert "Rollout pass rate (%)" in out
+  unknown = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "rollout_trend.py"),
+                            f"--runs={runs}", "--component=proces"], capture_output=True,
+                           text=True)
+  assert unknown.returncode == 2
+  assert "--component='proces': is not logged per domain in these runs; they log: pass_rate" \
+      in unknown.stderr
   missing = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "rollout_trend.py"),
                             f"--runs={tmp_path / 'nope'}"], capture_output=True, text=True)
   assert missing.returncode != 0 and "no metrics file" in missing.stderr

@@ -29,6 +29,20 @@ def _cell(key: str, component: str) -> tuple[str, int | None] | None:
   return None
 
 
+def logged_components(records: Sequence[Mapping]) -> set[str]:
+  """What `component` can be for these metrics: "pass_rate" when per-level pass rates are
+  logged, and each per-domain key's last part (`domain/<d>/<component>`) but "count"."""
+  names = set()
+  for record in records:
+    for key in record:
+      if _PASS_RE.match(key):
+        names.add("pass_rate")
+      parts = key.split("/")
+      if len(parts) == 3 and parts[0] == "domain" and parts[2] != "count":
+        names.add(parts[2])
+  return names
+
+
 def windowed_pass_rates(records: Sequence[Mapping], window: int, component: str = "pass_rate"
                         ) -> dict[tuple[str, int | None], list[tuple[int, int, float | None, int]]]:
   """{(domain, level): [(first_step, last_step, pooled pass rate, rollouts), ...]}.
@@ -102,7 +116,8 @@ def trend_tables(runs: Sequence[str], window: int, component: str = "pass_rate")
   """One `trend_table_md` per RL workdir in `runs`, for experiments/rollout_trend.py.
 
   Raises:
-    ConfigError: no runs (`--runs`), or `window` < 1 (`--window`).
+    ConfigError: no runs (`--runs`), `window` < 1 (`--window`), or a `component` other
+      than pass_rate that the runs do not log (`--component`).
     MissingInputError: a run without a readable metrics.jsonl (`--runs`).
   """
   runs = [run for run in runs if run]
@@ -110,6 +125,12 @@ def trend_tables(runs: Sequence[str], window: int, component: str = "pass_rate")
     raise ConfigError("--runs", ",".join(runs), "names no RL workdir")
   if window < 1:
     raise ConfigError("--window", window, "must be >= 1 step")
+  records = {run: read_run(run) for run in runs}
+  logged = set().union(*map(logged_components, records.values()))
+  if component != "pass_rate" and logged and component not in logged:
+    raise ConfigError("--component", component, "is not logged per domain in these runs; "
+                      f"they log: {', '.join(sorted(logged))}")
   what = "pass rate" if component == "pass_rate" else component
-  return [trend_table_md(windowed_pass_rates(read_run(run), window, component),
-                         title=f"Rollout {what} (%), {run}") for run in runs]
+  return [trend_table_md(windowed_pass_rates(run_records, window, component),
+                         title=f"Rollout {what} (%), {run}")
+          for run, run_records in records.items()]
