@@ -37,7 +37,8 @@ from rl_post.rl.config import RLConfig
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.sft import trainer as sft_trainer
 from rl_post.training import state as state_lib
-from rl_post.training.run import check_seed, model_config_from, write_config
+from rl_post.training.run import (SHAPE_FIELDS, check_seed, config_changes, model_config_from,
+                                  stored_config, write_config)
 
 
 def _stage_config(config, optimizer_key: str) -> ml_collections.ConfigDict:
@@ -121,6 +122,24 @@ def check_stages(config: ml_collections.ConfigDict):
                       "step)")
 
 
+# what a rerun in the same workdir must keep: the model's shape and what the tokenizer
+# is built from (its section, the domains of its corpus, the seed that draws it)
+RERUN_FIELDS = (*(f"model.{k}" for k in SHAPE_FIELDS), "tokenizer", "tasks.domains", "seed")
+
+
+def check_rerun(workdir: str, config: ml_collections.ConfigDict):
+  """Raises ConfigError on --workdir when it holds a run `config` cannot go on with.
+
+  The stages would refuse their checkpoints too, but only after the tokenizer was
+  rebuilt over the run's own and workdir/config.json overwritten.
+  """
+  changes = config_changes(stored_config(workdir), config, sections=RERUN_FIELDS)
+  if changes:
+    raise ConfigError("--workdir", workdir, "holds a run of another model or tokenizer: this "
+                      f"config changes {'; '.join(changes[:6])}. Rerun with the config in its "
+                      "config.json, or use a new --workdir")
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs every stage under `workdir`; returns the before/after evals.
 
@@ -129,6 +148,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   config = ml_collections.ConfigDict(config.to_dict())
   config.tokenizer.path = config.tokenizer.path.format(workdir=os.path.abspath(workdir))
   check_stages(config)
+  check_rerun(workdir, config)
   write_config(workdir, config)
   tokenizer = build_tokenizer.build(config)
   sft_dir, rl_dir = os.path.join(workdir, "sft"), os.path.join(workdir, "rl")

@@ -9,6 +9,7 @@ from configs import demo
 from rl_post import pipeline
 from rl_post.config_sections import from_section
 from rl_post.data.mixture import TaskConfig, TaskMixture
+from rl_post.errors import ConfigError
 
 
 def _mixture(config) -> TaskMixture:
@@ -49,6 +50,19 @@ def test_tiny_pipeline_writes_report_and_resumable_stages(tmp_path):
   assert os.path.exists(tmp_path / "tokenizer" / "demo.model")
   before = result["evals"]["before"]
   assert before["correct"].shape == (n,) and len(before["domain"]) == n
+  # A rerun with another model or tokenizer stops before it rebuilds the tokenizer over
+  # the run's own or overwrites config.json (the SFT stage refused only after both).
+  kept = {name: (tmp_path / name).read_bytes() for name in ("config.json", "tokenizer/demo.model")}
+  layers = config.model.num_layers
+  for field, value, change in (("model.num_layers", layers + 1,
+                                f"model.num_layers: {layers} -> {layers + 1}"),
+                               ("seed", 1, "seed: 0 -> 1")):
+    other = demo.get_config("tiny")
+    other.update_from_flattened_dict({field: value})
+    with pytest.raises(ConfigError, match="holds a run of another model or tokenizer") as e:
+      pipeline.run(other, str(tmp_path))
+    assert e.value.field == "--workdir" and change in e.value.problem
+  assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
 
 
 def test_demo_arithmetic_variant_keeps_only_the_arithmetic_levels():
