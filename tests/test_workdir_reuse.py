@@ -142,6 +142,31 @@ def test_a_model_is_run_only_with_the_tokenizer_it_was_trained_with(
   assert _initial_params(c, str(tmp_path / "run2")) is not None
 
 
+def test_a_tokenizer_of_another_size_is_named_not_reported_as_a_shape_mismatch(
+    tokenizer, sft_workdir, tmp_path):
+  from configs import base
+  from rl_post.data import build_tokenizer
+  from rl_post.eval import checkpoint_eval
+  from rl_post.parallel import mesh as mesh_lib
+  other_config = base.get_base()
+  other_config.tokenizer.update(path=str(tmp_path / "other.model"), corpus_examples=2000,
+                                vocab_size=tokenizer.vocab_size - 4)  # the corpus needs 291
+  other = build_tokenizer.build(other_config)
+  sizes = f"that one had {tokenizer.vocab_size} pieces, this one {other.vocab_size}"
+  before = _config_json(sft_workdir)
+  c = _sft_config(other_config.tokenizer.path)
+  c.sft.num_steps = 4
+  with pytest.raises(ConfigError) as e:  # the embedding's shape differs: restore fails first
+    sft_trainer.train(c, sft_workdir)
+  assert e.value.field == "tokenizer.path" and sizes in e.value.problem
+  assert _config_json(sft_workdir) == before
+  with pytest.raises(ConfigError) as e:
+    checkpoint_eval.load_checkpoint(sft_workdir, c, other, mesh_lib.make_mesh(dict(c.mesh)),
+                                    tuple(tuple(r) for r in c.sharding_rules))
+  assert e.value.field == "tokenizer.path" and f"--checkpoint={sft_workdir!r}" in e.value.problem
+  assert sizes in e.value.problem
+
+
 def test_every_tokenizer_kind_has_a_fingerprint():
   # the episodes' call-vocabulary tokenizer has no bos_id (every episodes run crashed)
   calls = tokenizer_fingerprint.of(CallVocabTokenizer(copies=2))

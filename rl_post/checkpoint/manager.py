@@ -275,6 +275,19 @@ class CheckpointManager:
     """The newest saved step, or None if there is none."""
     return self._mgr.latest_step()
 
+  def read_extra(self, step: int | None = None) -> dict | None:
+    """The extra dict saved with `step` (default: latest) without its state, or None
+    when there is no such step or it cannot be read (nothing is moved aside)."""
+    step = self.latest_step() if step is None else step
+    if step is None:
+      return None
+    try:
+      restored = self._mgr.restore(step, args=ocp.args.Composite(
+          **{_EXTRA: ocp.args.JsonRestore()}))
+    except Exception:  # Orbax/tensorstore raise many kinds on bad files; restore() reports
+      return None
+    return dict(restored[_EXTRA] or {})
+
   def restore(self, abstract_state: Any, step: int | None = None, *,
               fallback: bool = False) -> tuple[Any, dict]:
     """Restores the state at `step` (default: latest) into `abstract_state`.

@@ -194,6 +194,11 @@ def _training_workdir(path, config, tokenizer, mesh, rules) -> Loaded:
   with _blamed_on_workdir_config(path):
     model_config = model_config_from(stored, tokenizer)
     abstract = _abstract_train_state(stored, model_config, mesh, rules)
+  with CheckpointManager(os.path.join(path, "checkpoints")) as manager:
+    newest_extra = manager.read_extra() or {}
+  # before the restore: another tokenizer's size would fail it as a shape mismatch
+  tokenizer_fingerprint.check(newest_extra.get("tokenizer"), tokenizer, "--checkpoint", path,
+                              config.tokenizer.path)
   state, extra, step, skipped = _newest_readable_step(path, abstract)
   tokenizer_fingerprint.check(extra.get("tokenizer"), tokenizer, "--checkpoint", path,
                               config.tokenizer.path)

@@ -242,7 +242,8 @@ def train(config, workdir: str) -> dict:
       c.mixture.load_state_dict(initial_mixture)
       return fresh_state(), 0
     except CheckpointMismatchError as e:
-      raise mismatched_checkpoints(workdir, config, e) from None
+      raise mismatched_checkpoints(workdir, config, e, checkpoints.read_extra(),
+                                   ctx.tokenizer) from None
     tokenizer_fingerprint.check(extra.get("tokenizer"), ctx.tokenizer, "--workdir", workdir,
                                 config.tokenizer.path)
     if "rl_step" not in extra:  # an SFT run's state has the same tree as GRPO's

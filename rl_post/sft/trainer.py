@@ -179,7 +179,8 @@ def train(config, workdir: str) -> dict:
       logging.warning("%s\nstarting again from the initial state", e)
       return fresh_state()
     except CheckpointMismatchError as e:
-      raise mismatched_checkpoints(workdir, config, e) from None
+      raise mismatched_checkpoints(workdir, config, e, checkpoints.read_extra(),
+                                   ctx.tokenizer) from None
     if "rl_step" in extra:  # an RL run's state has the same tree as SFT's
       raise ConfigError("--workdir", workdir, "holds an RL run's checkpoints; SFT needs a "
                         "workdir of its own")

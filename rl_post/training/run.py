@@ -16,6 +16,7 @@ import jax
 import ml_collections
 from absl import logging
 
+from rl_post.data import tokenizer_fingerprint
 from rl_post.data.hf_tokenizer import load_tokenizer
 from rl_post.data.tokenizer import Tokenizer
 from rl_post import errors
@@ -152,10 +153,17 @@ def check_not_past(resumed_at: int, num_steps: int, field: str, workdir: str):
                       f"has reached ({resumed_at}): raise it to go on, or use a new --workdir")
 
 
-def mismatched_checkpoints(workdir: str, config: ml_collections.ConfigDict,
-                           error: Exception) -> ConfigError:
+def mismatched_checkpoints(workdir: str, config: ml_collections.ConfigDict, error: Exception,
+                           saved_extra: dict | None = None, tokenizer=None) -> ConfigError:
   """The error for a workdir whose checkpoints do not fit `config`'s state (its model,
-  optimizer or algorithm changed since they were saved), naming what changed."""
+  optimizer or algorithm changed since they were saved), naming what changed.
+
+  With the newest step's `saved_extra` and the run's `tokenizer`: another tokenizer
+  (whose size gave the embedding another shape) is named as such, on tokenizer.path.
+  """
+  if saved_extra and tokenizer is not None:
+    tokenizer_fingerprint.check(saved_extra.get("tokenizer"), tokenizer, "--workdir", workdir,
+                                config.tokenizer.path)
   changes = config_changes(stored_config(workdir), config)
   what = (f"this config changes {'; '.join(changes[:6])}" if changes
           else f"({errors.one_line(error)[:300]})")
