@@ -33,3 +33,15 @@ def test_bad_inputs(tmp_path):
   from rl_post.data.tokenizer import SentencePieceTokenizer
   with pytest.raises(FileNotFoundError, match="build it with experiments/build_tokenizer.py"):
     SentencePieceTokenizer(str(tmp_path / "missing.model"))
+
+
+def test_a_vocab_size_the_corpus_cannot_fill_is_a_warning(tmp_path, caplog):
+  from configs import base
+  from rl_post.data import build_tokenizer
+  config = base.get_base()
+  config.tokenizer.update(path=str(tmp_path / "t.model"), corpus_examples=500, vocab_size=2000)
+  with caplog.at_level("WARNING"):
+    tokenizer = build_tokenizer.build(config)
+  assert tokenizer.vocab_size < 2000
+  assert (f"tokenizer.vocab_size=2000: this corpus gives {tokenizer.vocab_size} pieces"
+          in caplog.text)

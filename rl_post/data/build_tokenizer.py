@@ -3,6 +3,8 @@
 import dataclasses
 import re
 
+from absl import logging
+
 from rl_post.config_sections import check, from_section
 from rl_post.data.corpus import domain_corpus
 from rl_post.data.mixture import TaskConfig, TaskMixture
@@ -41,7 +43,12 @@ def build(config) -> SentencePieceTokenizer:
   ensure_output_file(tok.path, "tokenizer.path")
   mixture = TaskMixture(tasks, int(config.seed))
   lines = list(domain_corpus(mixture, tok.corpus_examples))
-  return SentencePieceTokenizer(_train(lines, tok))
+  tokenizer = SentencePieceTokenizer(_train(lines, tok))
+  if tokenizer.vocab_size < tok.vocab_size:  # the corpus has fewer distinct pieces to learn
+    logging.warning("tokenizer.vocab_size=%d: this corpus gives %d pieces (%d corpus lines); "
+                    "model.vocab_size=0 takes the tokenizer's size", tok.vocab_size,
+                    tokenizer.vocab_size, tok.corpus_examples)
+  return tokenizer
 
 
 def _train(lines: list[str], tok: TokenizerConfig) -> str:
