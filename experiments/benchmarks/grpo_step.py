@@ -55,6 +55,7 @@ from rl_post.rl.logprobs import token_logprobs_from_logits  # noqa: E402
 from rl_post.rl.train_step import make_rl_train_step  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 from rl_post.training.step import make_train_step  # noqa: E402
+import cpu_model  # noqa: E402
 import step_baselines  # noqa: E402
 import update_speed  # noqa: E402
 
@@ -259,7 +260,8 @@ def main(argv=None):
     rows = run_workload(small, args.repeats, peak)
     if not args.smoke:
       rows += run_workload(smollm2_workload(), args.repeats, peak)
-  whole, load = [], os.getloadavg()
+  whole, load, cpu = [], os.getloadavg(), cpu_model.describe()
+  print(f"CPU: {cpu_model.one_line(cpu)}")
   if systems:
     core = max(os.sched_getaffinity(0)) if args.core is None else args.core
     whole = step_baselines.whole_step_rows(systems, args.smoke, args.whole_steps, core,
@@ -278,7 +280,7 @@ def main(argv=None):
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   speed = run_update_speed(args)
   with open(args.out, "w") as fh:
-    json.dump({"matmul_peak_gflops": peak, "devices": str(jax.devices()), "rows": rows,
+    json.dump({"cpu": cpu, "matmul_peak_gflops": peak, "devices": str(jax.devices()), "rows": rows,
                "whole_step": whole, "whole_step_goals": step_baselines.goals(whole),
                "whole_step_load_avg": [load, os.getloadavg()],
                "update_speed": speed}, fh, indent=1)
