@@ -21,6 +21,7 @@ from absl import logging
 
 from rl_post import pipeline
 from rl_post.errors import ConfigError
+from rl_post.metrics import host_cpu
 from rl_post.eval import seed_plots
 from rl_post.eval import seeds as seeds_lib
 
@@ -45,7 +46,7 @@ def machine_info() -> dict:
   """What the figures were measured on (they vary across machines)."""
   return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
           "cpu_count": os.cpu_count(), "jax": jax.__version__,
-          "backend": jax.default_backend()}
+          "backend": jax.default_backend(), "cpu": host_cpu.one_line(host_cpu.describe())}
 
 
 def _seed_summary(config_dict: dict, seed: int, seed_dir: str) -> tuple[dict, float]:

@@ -118,6 +118,7 @@ def test_tiny_demo_over_seeds_is_reproducible(tmp_path):
 
   assert [r["seed"] for r in first["rows"]] == [0, 1]
   assert first["aggregate"]["after"]["n"] == 2 and first["machine"]["cpu_count"] >= 1
+  assert "family" in first["machine"]["cpu"]  # which CPU: the figures move with it
   assert "--seeds=0,1" in first["command"]
   assert "| 1 |" in open(tmp_path / "a" / "seeds.md").read()
   strip = lambda row: {k: v for k, v in row.items() if not k.endswith("wall_s")}

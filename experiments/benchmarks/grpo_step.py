@@ -49,13 +49,13 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from rl_post import models  # noqa: E402
+from rl_post.metrics import host_cpu  # noqa: E402
 from rl_post.rl import config as rl_config  # noqa: E402
 from rl_post.rl import losses  # noqa: E402
 from rl_post.rl.logprobs import token_logprobs_from_logits  # noqa: E402
 from rl_post.rl.train_step import make_rl_train_step  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 from rl_post.training.step import make_train_step  # noqa: E402
-import cpu_model  # noqa: E402
 import step_baselines  # noqa: E402
 import update_speed  # noqa: E402
 
@@ -260,8 +260,8 @@ def main(argv=None):
     rows = run_workload(small, args.repeats, peak)
     if not args.smoke:
       rows += run_workload(smollm2_workload(), args.repeats, peak)
-  whole, load, cpu = [], os.getloadavg(), cpu_model.describe()
-  print(f"CPU: {cpu_model.one_line(cpu)}")
+  whole, load, cpu = [], os.getloadavg(), host_cpu.describe()
+  print(f"CPU: {host_cpu.one_line(cpu)}")
   if systems:
     core = max(os.sched_getaffinity(0)) if args.core is None else args.core
     whole = step_baselines.whole_step_rows(systems, args.smoke, args.whole_steps, core,

@@ -1,12 +1,6 @@
-"""experiments/benchmarks/cpu_model.py: the CPU a benchmark's figures were measured on."""
+"""rl_post.metrics.host_cpu: the CPU figures were measured on."""
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "experiments", "benchmarks"))
-
-import cpu_model  # noqa: E402
+from rl_post.metrics import host_cpu
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -23,17 +17,17 @@ flags\t\t: amx_tile
 
 
 def test_cpuinfo_gives_the_first_processors_model_and_matmul_flags():
-  cpu = cpu_model.parse_cpuinfo(CPUINFO)
+  cpu = host_cpu.parse_cpuinfo(CPUINFO)
   assert (cpu["model_name"], cpu["vendor"], cpu["family"], cpu["model"]) == (
       "AMD EPYC", "AuthenticAMD", "26", "2")
   assert cpu["flags"] == ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"]
-  assert "family 26, model 2; avx2" in cpu_model.one_line(cpu)
+  assert "family 26, model 2; avx2" in host_cpu.one_line(cpu)
 
 
 def test_unreadable_cpuinfo_is_named_unknown_not_an_error():
-  cpu = cpu_model.parse_cpuinfo("")
+  cpu = host_cpu.parse_cpuinfo("")
   assert cpu["model_name"] == "unknown" and cpu["flags"] == []
-  assert "no listed flags" in cpu_model.one_line(cpu)
+  assert "no listed flags" in host_cpu.one_line(cpu)
 
 
 def test_cache_sizes_read_sysfs_levels_and_skip_instruction_caches(tmp_path):
@@ -43,6 +37,6 @@ def test_cache_sizes_read_sysfs_levels_and_skip_instruction_caches(tmp_path):
     d.mkdir()
     for name, value in (("level", level), ("type", kind), ("size", size)):
       (d / name).write_text(f"{value}\n")
-  assert cpu_model.cache_sizes(str(tmp_path)) == {"L1d": "48K", "L2": "1024K", "L3": "32768K"}
-  assert cpu_model.cache_sizes(str(tmp_path / "missing")) == {}
-  assert cpu_model.describe()["cpus"] >= 1
+  assert host_cpu.cache_sizes(str(tmp_path)) == {"L1d": "48K", "L2": "1024K", "L3": "32768K"}
+  assert host_cpu.cache_sizes(str(tmp_path / "missing")) == {}
+  assert host_cpu.describe()["cpus"] >= 1

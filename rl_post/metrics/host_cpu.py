@@ -1,9 +1,10 @@
-"""Which CPU a benchmark ran on (stdlib only), recorded with its figures.
+"""Which CPU figures were measured on (stdlib only): benchmarks and seed tables record it.
 
-Framework-vs-framework ratios move with the CPU: the (b) whole step against
-TRL was 1.94-2.20x on the project's earlier VMs and 2.9x on an AMD EPYC of
-family 26 (docs/baselines.md), because XLA's and torch's matmul kernels
-do not gain alike from a newer core. So every result file names its CPU.
+Timings move with the CPU, and so do framework-vs-framework ratios: the
+whole GRPO step of workload (b) against TRL was 1.94-2.20x on the project's
+earlier VMs and 2.9-3.3x on an AMD EPYC of family 26 (docs/baselines.md),
+because XLA's and torch's matmul kernels do not gain alike from a newer
+core. So result files name their CPU.
 """
 
 import os
@@ -55,5 +56,6 @@ def describe() -> dict:
 
 
 def one_line(cpu: dict) -> str:
+  """"AMD EPYC (family 26, model 2; avx2, ...)": `describe()` for a table header."""
   return (f"{cpu['model_name']} (family {cpu['family']}, model {cpu['model']}; "
           f"{', '.join(cpu['flags']) or 'no listed flags'})")
