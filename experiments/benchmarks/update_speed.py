@@ -2,6 +2,8 @@
 
   python experiments/benchmarks/update_speed.py                   # vs 936629e (before this work)
   python experiments/benchmarks/update_speed.py --smoke --before-ref=HEAD --out=/tmp/u.json
+  # this tree with the whole-step benchmark's settings for a small model on CPU
+  python experiments/benchmarks/update_speed.py --settings='{"unroll_layers": 4, "logprob_remat": false}'
 
 `experiments/benchmarks/grpo_step.py` runs it too and puts its rows in
 grpo_step.json. Each measurement is a child process pinned with taskset to
@@ -70,7 +72,8 @@ def _child(spec: dict) -> dict:
 
   w = workload(spec["smoke"])
   model = models.ModelConfig(attention_impl="xla", **w["model"])
-  rl = rl_config.load(dict(w["rl"], remat=spec["remat"], grad_accum=spec["grad_accum"]))
+  rl = rl_config.load(dict(w["rl"], remat=spec["remat"], grad_accum=spec["grad_accum"],
+                           **spec.get("rl_settings", {})))
   n, p, r = rl.batch_size * rl.num_generations, rl.max_prompt_len, rl.max_new_tokens
   optimizer = optax.adamw(1e-5)
   params = models.init_params(model, jax.random.key(0))
@@ -140,23 +143,47 @@ def run_child(tree: str, spec: dict, core: int) -> dict:
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def check_settings(settings: dict, smoke: bool = False) -> dict:
+  """`settings` (rl section keys, e.g. {"unroll_layers": 4}) if this tree's rl config
+  accepts them with the workload's; raises ValueError naming the bad one otherwise."""
+  from rl_post.errors import ConfigError  # noqa: PLC0415
+  from rl_post.rl import config as rl_config  # noqa: PLC0415
+  if not isinstance(settings, dict):
+    raise ValueError(f"--settings must be a JSON object of rl settings, got {settings!r}")
+  try:
+    rl_config.load(dict(workload(smoke)["rl"], **settings))
+  except (ConfigError, TypeError, ValueError) as e:
+    raise ValueError(f"--settings: {e}") from e
+  return settings
+
+
 def compare(before_ref: str = BEFORE_REF, *, smoke: bool = False, repeats: int = 5,
-            rounds: int = 2, core: int | None = None, configs=CONFIGS) -> list[dict]:
-  """Rows (tree x config) of CPU seconds per update, GFLOP/s and % of matmul peak."""
+            rounds: int = 2, core: int | None = None, configs=CONFIGS,
+            settings: dict | None = None) -> list[dict]:
+  """Rows (tree x config) of CPU seconds per update, GFLOP/s and % of matmul peak.
+
+  settings: rl settings for this tree's children only (the ref's code may not
+  know them), e.g. the whole-step benchmark's {"unroll_layers": 4,
+  "logprob_remat": False}; the rows name them.
+  """
   core = sorted(os.sched_getaffinity(0))[-1] if core is None else core
+  settings = check_settings(settings or {}, smoke)
+  this_tree = "this tree" + (" + settings" if settings else "")
   w = workload(smoke)
   n = w["rl"]["batch_size"] * w["rl"]["num_generations"]
   gflop = update_gflop(w["model"], n, w["rl"]["max_prompt_len"] + w["rl"]["max_new_tokens"])
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
-    trees = {f"before ({before_ref})": tree_of(before_ref, tmp), "this tree": ROOT}
+    trees = {f"before ({before_ref})": tree_of(before_ref, tmp), this_tree: ROOT}
     for remat, accum in configs:
       spec = dict(smoke=smoke, remat=remat, grad_accum=accum, repeats=repeats)
       best = {}
       for _ in range(rounds):  # alternate the trees so load drift hits both
         for name, tree in trees.items():
           load = os.getloadavg()[0]
-          out = dict(run_child(tree, spec, core), load_1min=load)
+          tree_spec = dict(spec, rl_settings=settings) if name == this_tree else spec
+          out = dict(run_child(tree, tree_spec, core), load_1min=load,
+                     rl_settings=settings if name == this_tree else {})
           if name not in best or out["cpu_s"] < best[name]["cpu_s"]:
             best[name] = out
       for name, out in best.items():
@@ -186,14 +213,25 @@ def main(argv=None):
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--core", type=int, default=None)
   parser.add_argument("--out", default=RESULTS)
+  parser.add_argument("--settings", default="{}",
+                      help='rl settings of this tree\'s runs, JSON, e.g. '
+                      '\'{"unroll_layers": 4, "logprob_remat": false}\' (the whole step\'s)')
   parser.add_argument("--child", default="", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child:
     print(json.dumps(_child(json.loads(args.child))))
     return None
+  try:
+    settings = json.loads(args.settings)
+  except json.JSONDecodeError as e:
+    parser.error(f"--settings is not JSON ({e}): {args.settings}")
+  try:
+    settings = check_settings(settings, args.smoke)
+  except ValueError as e:
+    parser.error(str(e))
   rows = compare(args.before_ref, smoke=args.smoke, repeats=args.repeats,
                  rounds=1 if args.smoke else 2, core=args.core,
-                 configs=CONFIGS[:1] if args.smoke else CONFIGS)
+                 configs=CONFIGS[:1] if args.smoke else CONFIGS, settings=settings)
   print(table(rows))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w") as fh:

@@ -4,6 +4,8 @@ import json
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
 
@@ -19,11 +21,21 @@ def test_flop_count_is_three_forwards_of_the_model_shapes():
 
 def test_smoke_run_times_both_trees_in_pinned_children(tmp_path, capsys):
   out = tmp_path / "update_speed.json"
-  update_speed.main(["--smoke", "--before-ref=HEAD", "--repeats=2", f"--out={out}"])
+  update_speed.main(["--smoke", "--before-ref=HEAD", "--repeats=2", f"--out={out}",
+                     '--settings={"unroll_layers": 2, "logprob_remat": false}'])
   rows = json.load(open(out))["rows"]
-  assert [r["tree"] for r in rows] == ["before (HEAD)", "this tree"]
+  assert [r["tree"] for r in rows] == ["before (HEAD)", "this tree + settings"]
+  assert [r["rl_settings"] for r in rows] == [{}, {"unroll_layers": 2, "logprob_remat": False}]
   for r in rows:
     assert r["cpu_s"] > 0 and r["matmul_peak_gflops"] > 0 and r["gflop"] > 0
     assert 0 < r["frac_of_matmul_peak"] and r["core"] in os.sched_getaffinity(0)
     assert all(abs(v) < 1e6 for v in r["first_step"].values())  # finite loss, grad norm
   assert "CPU s/update" in capsys.readouterr().out
+
+
+def test_settings_the_rl_config_refuses_stop_before_any_child_runs(capsys):
+  for bad in ('{"no_such_setting": 1}', '{"logprob_chunk": 0}', '[1]', '{not json'):
+    with pytest.raises(SystemExit) as exit_info:
+      update_speed.main(["--smoke", "--before-ref=HEAD", f"--settings={bad}"])
+    assert exit_info.value.code == 2
+    assert "--settings" in capsys.readouterr().err
