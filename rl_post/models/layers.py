@@ -12,7 +12,7 @@ from flax import nnx
 from rl_post.kernels import attention as attention_kernels
 from rl_post.models import kv_cache, rope
 from rl_post.models.config import ModelConfig
-from rl_post.models.matmul import dense_MxN, dot_acc32, transposed_for_grad
+from rl_post.models.matmul import dense_MxN, dot_acc32, transposed_for_grad, weight_grad_KxN
 from rl_post.parallel import ring_attention, sharding
 
 _init = nnx.initializers
@@ -82,7 +82,7 @@ def _swiglu_bwd(residuals, d_out_MxE):
              + dot_acc32(d_up_MxF, up_ExF.T, jnp.float32)).astype(x_MxE.dtype)
   x_ExM = transposed_for_grad(x_MxE)
   return (d_x_MxE, dot_acc32(x_ExM, d_gate_MxF), dot_acc32(x_ExM, d_up_MxF),
-          dot_acc32(transposed_for_grad(silu_MxF * up_MxF), d_out_MxE))
+          weight_grad_KxN(silu_MxF * up_MxF, d_out_MxE))
 
 
 swiglu_MxE.defvjp(_swiglu_fwd, _swiglu_bwd)

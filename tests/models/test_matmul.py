@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_post.models.matmul import dense_MxN, matmul_f32_MxN, matmul_MxN
+from rl_post.models.matmul import dense_MxN, matmul_f32_MxN, matmul_MxN, weight_grad_KxN
 
 
 def test_matmul_gradients_match_autodiff():
@@ -101,3 +101,30 @@ def test_float64_products_keep_float64_accumulation():
     out = matmul_MxN(x, w)
     assert out.dtype == jnp.float64
     np.testing.assert_allclose(np.asarray(out), np.asarray(x) @ np.asarray(w), rtol=1e-12)
+
+
+def test_weight_grad_is_x_transpose_g_whichever_side_it_transposes():
+  kx, kg = jax.random.split(jax.random.key(2))
+  for (m, k, n) in ((96, 64, 16), (96, 16, 64), (8, 8, 8)):  # wide x, narrow x, square
+    x = jax.random.normal(kx, (m, k))
+    g = jax.random.normal(kg, (m, n))
+    d = jax.jit(weight_grad_KxN)(x, g)
+    assert d.shape == (k, n) and d.dtype == x.dtype
+    np.testing.assert_allclose(d, np.asarray(x).T @ np.asarray(g), rtol=1e-5, atol=1e-5)
+  x16, g16 = x.astype(jnp.bfloat16), g.astype(jnp.bfloat16)
+  assert weight_grad_KxN(x16, g16, jnp.float32).dtype == jnp.float32
+
+
+def _transposed_copies(hlo: str) -> list[str]:
+  return [line.split("=")[1].split()[0] for line in hlo.splitlines()
+          if " transpose(" in line or ("fusion(" in line and "transpose" in line)]
+
+
+def test_a_wide_x_is_not_transposed_on_cpu_its_gradient_is():
+  """x [M, K] with K >> N: (g^T x)^T writes g^T [N, M] and the [N, K] result, not x^T [K, M]."""
+  x, g = jnp.ones((96, 64)), jnp.ones((96, 16))
+  hlo = jax.jit(weight_grad_KxN).lower(x, g).compile().as_text()
+  shapes = " ".join(_transposed_copies(hlo))
+  assert "f32[64,96]" not in shapes, shapes
+  narrow = jax.jit(weight_grad_KxN).lower(g, x).compile().as_text()  # x [96, 16]: x^T it is
+  assert "f32[16,96]" in " ".join(_transposed_copies(narrow))
