@@ -245,6 +245,11 @@ def main(argv=None):
   parser.add_argument("--before-ref", default=update_speed.BEFORE_REF,
                       help="git ref the update-speed rows compare this tree with")
   args = parser.parse_args(argv)
+  if not (args.smoke or args.whole_step_only):  # the update-speed rows archive --before-ref
+    try:
+      update_speed.check_ref(args.before_ref)
+    except ValueError as e:
+      parser.error(str(e))
   systems = step_baselines.interpreters(  # a missing baseline env fails here, first
       step_baselines.parse_systems(("" if args.smoke else "ours,trl,tunix")
                                    if args.whole_step is None else args.whole_step),

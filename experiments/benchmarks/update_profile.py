@@ -83,7 +83,10 @@ def main(argv=None):
                                                     "results", "update_profile.json"))
   args = parser.parse_args(argv)
   host_memory.apply_policy()  # as every rl_post entry point does
-  step, state, batch = update_step(args.smoke, args.remat, args.grad_accum)
+  try:
+    step, state, batch = update_step(args.smoke, args.remat, args.grad_accum)
+  except ValueError as e:  # the rl config's own message: rl.remat, rl.grad_accum
+    parser.error(str(e))
   kinds = decode_profile.op_kinds(step.lower(state, batch).compile().as_text())
   for _ in range(2):  # compile, then one warm call
     state, metrics = step(state, batch)

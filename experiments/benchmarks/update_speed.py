@@ -120,6 +120,20 @@ def _matmul_peak(shapes, repeats: int) -> float:
   return best
 
 
+def check_ref(ref: str) -> str:
+  """`ref` if it names a commit of this repository that has `rl_post`; ValueError otherwise."""
+  found = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "--quiet",
+                          f"{ref}^{{commit}}"], capture_output=True, text=True, check=False)
+  if found.returncode:
+    raise ValueError(f"--before-ref: {ref!r} is not a commit of {ROOT} (a fresh clone needs "
+                     "its full history: git fetch --unshallow)")
+  listed = subprocess.run(["git", "-C", ROOT, "ls-tree", "--name-only", ref, "rl_post"],
+                          capture_output=True, text=True, check=False)
+  if "rl_post" not in listed.stdout.split():
+    raise ValueError(f"--before-ref: commit {ref!r} has no rl_post package to time")
+  return ref
+
+
 def tree_of(ref: str, workdir: str) -> str:
   """A directory whose `rl_post` is the package at git `ref` ("" = this tree)."""
   if not ref:
@@ -227,6 +241,7 @@ def main(argv=None):
     parser.error(f"--settings is not JSON ({e}): {args.settings}")
   try:
     settings = check_settings(settings, args.smoke)
+    check_ref(args.before_ref)
   except ValueError as e:
     parser.error(str(e))
   rows = compare(args.before_ref, smoke=args.smoke, repeats=args.repeats,

@@ -4,6 +4,8 @@ import json
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
 
@@ -27,3 +29,11 @@ def test_smoke_profile_traces_matmuls_and_writes_json(tmp_path, capsys):
   assert result["cpu"]["cpus"] >= 1 and result["ops"][0]["ms_per_update"] > 0
   printed = capsys.readouterr().out
   assert "largest ops outside matmuls" in printed and "CPU: " in printed
+
+
+def test_a_setting_the_rl_config_refuses_is_a_usage_error(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    update_profile.main(["--smoke", "--remat=bogus", f"--out={tmp_path / 'u.json'}"])
+  assert exit_info.value.code == 2
+  assert "rl.remat must be one of" in capsys.readouterr().err
+  assert not (tmp_path / "u.json").exists()

@@ -39,3 +39,11 @@ def test_settings_the_rl_config_refuses_stop_before_any_child_runs(capsys):
       update_speed.main(["--smoke", "--before-ref=HEAD", f"--settings={bad}"])
     assert exit_info.value.code == 2
     assert "--settings" in capsys.readouterr().err
+
+
+def test_a_ref_that_is_not_a_commit_stops_before_any_child_runs(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    update_speed.main(["--smoke", "--before-ref=no-such-ref"])
+  assert exit_info.value.code == 2
+  assert "--before-ref: 'no-such-ref' is not a commit" in capsys.readouterr().err
+  assert update_speed.check_ref("HEAD") == "HEAD"
