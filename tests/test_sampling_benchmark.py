@@ -69,3 +69,14 @@ def test_step_bound_on_hand_made_budgets(monkeypatch):
   bound = sampling.step_bound([5, 1, 1, 5], 2)
   assert (bound["static_steps"], bound["continuous_steps"]) == (10, 7)
   assert bound["full_width_steps"] == 6 and abs(bound["ratio"] - 10 / 7) < 1e-12
+
+
+def test_an_unknown_workload_is_a_usage_error_naming_the_known_ones(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", "sampling.py"),
+       "--workloads=a,zz", f"--out={tmp_path / 's.json'}"],
+      capture_output=True, text=True, check=False, timeout=300,
+      env=dict(os.environ, PYTHONPATH=ROOT))
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "--workloads: unknown ['zz']; known: ['a', 'b', 'c', 'd']" in proc.stderr
+  assert not (tmp_path / "s.json").exists()

@@ -250,11 +250,14 @@ def main(argv=None):
       update_speed.check_ref(args.before_ref)
     except ValueError as e:
       parser.error(str(e))
+  try:
+    names = step_baselines.parse_systems(("" if args.smoke else "ours,trl,tunix")
+                                         if args.whole_step is None else args.whole_step)
+    precisions = step_baselines.parse_precisions(args.precisions)
+  except ValueError as e:
+    parser.error(str(e))
   systems = step_baselines.interpreters(  # a missing baseline env fails here, first
-      step_baselines.parse_systems(("" if args.smoke else "ours,trl,tunix")
-                                   if args.whole_step is None else args.whole_step),
-      {"trl": args.trl_python, "tunix": args.tunix_python})
-  precisions = step_baselines.parse_precisions(args.precisions)
+      names, {"trl": args.trl_python, "tunix": args.tunix_python})
   args.out = args.out or (WHOLE_RESULTS if args.whole_step_only else RESULTS)
   rows, peak = [], None
   if not args.whole_step_only:

@@ -347,6 +347,9 @@ def main():
   parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "results", "sampling.json"))
   args = parser.parse_args()
+  unknown = sorted(set(args.workloads.split(",")) - set(WORK))
+  if unknown:
+    parser.error(f"--workloads: unknown {unknown}; known: {sorted(WORK)}")
   core = max(os.sched_getaffinity(0)) if args.core is None else args.core
   os.sched_setaffinity(0, {core})
   arch = {"s": SMOKE_ARCH, **ARCH}

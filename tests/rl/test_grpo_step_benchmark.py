@@ -25,3 +25,18 @@ def test_smoke_run_writes_table_rows_and_chunking_saves_memory(tmp_path, capsys)
   assert rows["chunked+remat=full+accum=2"]["temp_bytes"] < rows["chunked"]["temp_bytes"]
   printed = capsys.readouterr().out
   assert "s/update" in printed and "CPU: " in printed
+
+
+def test_unknown_precisions_or_systems_are_usage_errors(tmp_path, capsys):
+  for flags, message in ((["--precisions=f64"], "--precisions: unknown ['f64']"),
+                         (["--whole_step=ours,vllm"], "unknown systems ['vllm']"),
+                         (["--before-ref=no-such-ref"], "is not a commit")):
+    flags = flags if "--before-ref" in flags[0] else [*flags, "--before-ref=HEAD"]
+    try:
+      grpo_step.main([*flags, f"--out={tmp_path / 'g.json'}"])
+    except SystemExit as e:
+      assert e.code == 2
+    else:
+      raise AssertionError(f"{flags} ran")
+    assert message in capsys.readouterr().err
+  assert not (tmp_path / "g.json").exists()
