@@ -24,20 +24,13 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_cpu_multi_thread_eigen=false")
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import decode_profile  # noqa: E402
 import update_speed  # noqa: E402
 
-from rl_post import models  # noqa: E402
 from rl_post.metrics import host_cpu  # noqa: E402
-from rl_post.rl import config as rl_config  # noqa: E402
-from rl_post.rl.train_step import make_rl_train_step  # noqa: E402
 from rl_post.training import host_memory  # noqa: E402
-from rl_post.training.state import TrainState  # noqa: E402
 
 
 def group(ops: set) -> str:
@@ -53,25 +46,6 @@ def group(ops: set) -> str:
   return "other elementwise and reductions"
 
 
-def update_step(smoke: bool, remat: str, grad_accum: int):
-  """(jitted step, state, batch) of update_speed.py's workload."""
-  w = update_speed.workload(smoke)
-  model = models.ModelConfig(attention_impl="xla", **w["model"])
-  rl = rl_config.load(dict(w["rl"], remat=remat, grad_accum=grad_accum))
-  n, p, r = rl.batch_size * rl.num_generations, rl.max_prompt_len, rl.max_new_tokens
-  optimizer = optax.adamw(1e-5)
-  params = models.init_params(model, jax.random.key(0))
-  state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params),
-                     rng=jax.random.key(1))
-  rng = np.random.default_rng(0)
-  mask = np.zeros((n, p + r), np.int32)
-  mask[:, p:] = 1
-  batch = dict(tokens=rng.integers(0, model.vocab_size, (n, p + r)).astype(np.int32),
-               mask=mask, old_logp=np.log(rng.uniform(0.01, 1, (n, p + r))).astype(np.float32),
-               adv=rng.normal(size=(n, p + r)).astype(np.float32) * mask)
-  return jax.jit(make_rl_train_step(model, rl, optimizer), donate_argnums=0), state, batch
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--remat", default="none", help="rl.remat")
@@ -84,7 +58,8 @@ def main(argv=None):
   args = parser.parse_args(argv)
   host_memory.apply_policy()  # as every rl_post entry point does
   try:
-    step, state, batch = update_step(args.smoke, args.remat, args.grad_accum)
+    step, state, batch, _, _ = update_speed.update_setup(
+        dict(smoke=args.smoke, remat=args.remat, grad_accum=args.grad_accum))
   except ValueError as e:  # the rl config's own message: rl.remat, rl.grad_accum
     parser.error(str(e))
   kinds = decode_profile.op_kinds(step.lower(state, batch).compile().as_text())

@@ -59,8 +59,12 @@ def update_gflop(model: dict, n: int, t: int) -> float:
   return 3 * forward / 1e9
 
 
-def _child(spec: dict) -> dict:
-  """Runs in the pinned child: compiles and times one update config."""
+def update_setup(spec: dict):
+  """(jitted update step, state, batch, model config, rl config) of the workload.
+
+  spec: smoke, remat, grad_accum and optional rl_settings. Imports `rl_post`
+  where it is called: the pinned child runs it against the tree it times.
+  """
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
@@ -86,6 +90,15 @@ def _child(spec: dict) -> dict:
                mask=mask, old_logp=np.log(rng.uniform(0.01, 1, (n, p + r))).astype(np.float32),
                adv=rng.normal(size=(n, p + r)).astype(np.float32) * mask)
   step = jax.jit(make_rl_train_step(model, rl, optimizer), donate_argnums=0)
+  return step, state, batch, model, rl
+
+
+def _child(spec: dict) -> dict:
+  """Runs in the pinned child: compiles and times one update config."""
+  import jax  # noqa: PLC0415
+
+  step, state, batch, model, rl = update_setup(spec)
+  n, p, r = rl.batch_size * rl.num_generations, rl.max_prompt_len, rl.max_new_tokens
   start = time.process_time()
   state, metrics = step(state, batch)
   first = dict(loss=float(metrics["loss"]), grad_norm=float(metrics["grad_norm"]))
