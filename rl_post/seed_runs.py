@@ -21,9 +21,9 @@ from absl import logging
 
 from rl_post import pipeline
 from rl_post.errors import ConfigError
-from rl_post.metrics import host_cpu
 from rl_post.eval import seed_plots
 from rl_post.eval import seeds as seeds_lib
+from rl_post.metrics import host_cpu
 
 
 def check_seeds(seeds: Sequence[int | str]) -> list[int]:

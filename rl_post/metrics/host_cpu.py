@@ -34,10 +34,13 @@ def parse_cpuinfo(text: str) -> dict:
 def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict:
   """{"L1d": "48K", "L2": "1024K", "L3": "32768K", ...} of cpu0, where sysfs has them."""
   sizes = {}
+  def read(name: str, field: str) -> str:
+    with open(os.path.join(root, name, field)) as f:
+      return f.read().strip()
+
   for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
-    read = lambda f: open(os.path.join(root, name, f)).read().strip()
     try:
-      level, kind, size = read("level"), read("type"), read("size")
+      level, kind, size = (read(name, field) for field in ("level", "type", "size"))
     except OSError:
       continue
     if kind != "Instruction":

@@ -42,7 +42,8 @@ def weight_grad_KxN(x_MxK: jax.Array, g_MxN: jax.Array, out_dtype=None) -> jax.A
 
   On CPU a transpose is written out either way, and a transposing copy is
   slow (strided reads or writes): for a wide x (the SwiGLU down projection's
-  [M, F] hidden, F = 4E) it cost a third of the matmul. So when x^T is the
+  [M, F] hidden, F = 4E) it took about twice as long as the matmul it fed
+  (`experiments/benchmarks/update_profile.py`). So when x^T is the
   larger copy, this computes (g^T @ x)^T instead: it transposes g and the
   [N, K] result, M*N + K*N elements instead of M*K.
   """
