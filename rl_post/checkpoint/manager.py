@@ -20,6 +20,7 @@ unreadable or corrupt step is moved aside to `<directory>/corrupt/<step>-<reason
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -167,6 +168,19 @@ def _verify(stored_state: Any, meta: dict, where: str) -> None:
     raise CorruptCheckpointError(
         f"{where} fails its checksums (array data changed since it was saved) "
         f"in {len(bad)} leaves, e.g. {bad[:3]}", reason="checksum")
+
+
+def _dispose_abandoned_reads() -> None:
+  """Finalises the reads orbax abandons when a restore fails part-way.
+
+  Its suspended read coroutines raise as they are finalised (reported as
+  "Exception ignored in: <coroutine ... _read_array_index_and_device_put>").
+  They are freed only with the failed restore's traceback, by the garbage
+  collector, so the report would come at some later point of the run, far
+  from the step it is about; collected here, it comes right after that
+  step was moved aside and reported.
+  """
+  gc.collect()
 
 
 class CheckpointManager:
@@ -342,6 +356,7 @@ class CheckpointManager:
         where = f"step {candidates[i + 1]}" if i + 1 < len(candidates) else "nothing"
         warnings.warn(f"{e}; moved it to {aside}; falling back to {where}",
                       stacklevel=2)
+      _dispose_abandoned_reads()
     raise CorruptCheckpointError(
         f"no readable checkpoint at or before step {step} in "
         f"{self.directory}:\n" + "\n".join(errors))
