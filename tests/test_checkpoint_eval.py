@@ -25,9 +25,11 @@ def _results(domains, levels, greedy_correct, num_correct, n, lens=None):
   common = {"domain": list(domains), "difficulty": np.asarray(levels), "response_len": lens}
   correct = np.asarray(greedy_correct, np.float32)
   greedy = {**common, "correct": np.asarray(greedy_correct), "num_samples": 1,
+            "strict_correct": np.asarray(greedy_correct) & (np.arange(len(domains)) % 2 == 0),
             "reward": correct + 0.1, "components": {"outcome": correct,
                                                     "format": np.ones_like(correct)}}
   sampled = {**common, "num_correct": np.asarray(num_correct), "num_samples": n,
+             "num_strict_correct": np.asarray(num_correct) // 2,
              "correct": np.asarray(num_correct) > 0}
   return greedy, sampled
 
@@ -45,6 +47,9 @@ def test_summarize_hand_computed():
   assert all_["greedy"]["mean_reward"] == pytest.approx(0.6)
   assert all_["greedy"]["reward_components"] == {"outcome": 0.5, "format": 1.0}
   assert all_["sampled"]["completion_rate"] == pytest.approx(7 / 16)
+  # strict: greedy rows 0 and 2 may count (row 0 is right); sampled halves (2+0+0+1)
+  assert all_["greedy"]["strict_completion_rate"] == 0.25
+  assert all_["sampled"]["strict_completion_rate"] == pytest.approx(3 / 16)
   # pass@2 per problem, n=4: c=4 -> 1; c=0 -> 0; c=1 -> 1 - C(3,2)/C(4,2) = 1/2;
   # c=2 -> 1 - C(2,2)/C(4,2) = 5/6.
   assert all_["sampled"]["pass_at_k"]["2"] == pytest.approx((1 + 0 + 0.5 + 5 / 6) / 4)
@@ -53,6 +58,7 @@ def test_summarize_hand_computed():
   assert groups["difficulty=2"]["greedy"]["completion_rate"] == 0.5
   assert groups["a/difficulty=1"]["greedy"] == {
       "completion_rate": 1.0, "ci_low": pytest.approx(0.2065, abs=1e-4), "ci_high": 1.0,
+      "strict_completion_rate": 1.0,
       "mean_response_len": 2.0, "mean_reward": pytest.approx(1.1),
       "reward_components": {"outcome": 1.0, "format": 1.0}}
 
@@ -136,7 +142,8 @@ def test_evaluation_is_deterministic_and_writes_files(saved, tmp_path):
     assert json.load(f) == json.loads(json.dumps(first))
   with open(paths["markdown"]) as f:
     markdown = f.read()
-  assert "| group | problems | greedy | greedy 95% CI | pass@1 | pass@3 |" in markdown
+  assert ("| group | problems | greedy | greedy 95% CI | greedy strict | pass@1 | pass@3 | "
+          "pass@1 strict |") in markdown
   assert "| difficulty=1 |" in markdown and "| arithmetic/difficulty=1 |" in markdown
   header = next(line for line in markdown.splitlines() if line.startswith("| group | reward |"))
   assert "| format |" in header and "| outcome |" in header

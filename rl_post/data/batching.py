@@ -9,15 +9,40 @@ from rl_post.errors import ConfigError
 from rl_post.tasks.base import Task
 
 
+def configure_prompts(tokenizer: Tokenizer, tokenizer_section) -> Tokenizer:
+  """Applies the `tokenizer` config section's prompt settings to `tokenizer`.
+
+  `tokenizer.system_prompt` (optional; "" or absent keeps the chat
+  template's own default system turn) becomes the system turn of every chat
+  prompt, e.g. to tell a chat model how to give its answers.
+
+  Raises:
+    ConfigError: a system prompt that is not a string, or one for a
+      tokenizer without chat prompts (no chat template to put it in).
+  """
+  system_prompt = (tokenizer_section or {}).get("system_prompt") or ""
+  if not isinstance(system_prompt, str):
+    raise ConfigError("tokenizer.system_prompt", system_prompt, "must be a string")
+  if system_prompt and not getattr(tokenizer, "chat_prompts", False):
+    raise ConfigError("tokenizer.system_prompt", system_prompt,
+                      "needs a tokenizer with a chat template (chat prompts); this one has none")
+  tokenizer.system_prompt = system_prompt
+  return tokenizer
+
+
 def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
   """BOS + prompt + newline: the model's response starts after it.
 
   A tokenizer with `chat_prompts` set (pretrained chat models) instead wraps
   the prompt as one user turn of its chat template, ending where the
-  assistant's answer starts.
+  assistant's answer starts; after the configured system turn
+  (`configure_prompts`), if any, else the template's default one.
   """
   if getattr(tokenizer, "chat_prompts", False):
-    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": prompt}]))
+    system = getattr(tokenizer, "system_prompt", "")
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": prompt}]
+    return tokenizer.encode(tokenizer.apply_chat_template(messages))
   bos = [tokenizer.bos_id] if tokenizer.bos_id >= 0 else []
   return bos + tokenizer.encode(prompt + "\n")
 

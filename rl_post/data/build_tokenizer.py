@@ -25,15 +25,21 @@ class TokenizerConfig:
     path: where the .model file is (written by `build`, read by trainers).
     vocab_size: pieces including 256 byte-fallback pieces and specials.
     corpus_examples: generated training lines.
+    system_prompt: must stay empty: a SentencePiece tokenizer has no chat
+      template to hold one (`rl_post.data.batching.configure_prompts`).
   """
   path: str = ""
   vocab_size: int = 384
   corpus_examples: int = 20_000
+  system_prompt: str = ""
 
   def __post_init__(self):
     check(bool(self.path) and self.path.endswith(".model"), "path",
           "must be a file path ending in .model", self.path)
     check(self.corpus_examples > 0, "corpus_examples", "must be > 0", self.corpus_examples)
+    check(not self.system_prompt, "system_prompt",
+          "needs a tokenizer with a chat template; a SentencePiece one has none",
+          self.system_prompt)
 
 
 def build(config) -> SentencePieceTokenizer:

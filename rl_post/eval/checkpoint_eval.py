@@ -38,7 +38,7 @@ from rl_post.checkpoint.manager import CheckpointManager, CorruptCheckpointError
 from rl_post.checkpoint.params import innermost_error, load_model_config, load_params
 from rl_post.config_sections import from_section
 from rl_post.data.hf_tokenizer import load_tokenizer
-from rl_post.data import eval_sets, tokenizer_fingerprint
+from rl_post.data import batching, eval_sets, tokenizer_fingerprint
 from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.eval import completion, report, stats
@@ -284,6 +284,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
     raise MissingInputError("tokenizer.path", config.tokenizer.path, "does not exist")
   with errors.reading("tokenizer.path", config.tokenizer.path):
     tokenizer = load_tokenizer(config.tokenizer.path)
+  batching.configure_prompts(tokenizer, config.tokenizer)
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
   loaded = load_checkpoint(checkpoint, config, tokenizer, mesh, rules)
@@ -313,6 +314,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
           "domain": list(greedy["domain"]),
           "difficulty": np.asarray(greedy["difficulty"]).tolist(),
           "greedy_correct": np.asarray(greedy["correct"]).tolist(),
+          "greedy_strict_correct": np.asarray(greedy["strict_correct"]).tolist(),
           "sampled_num_correct": np.asarray(sampled["num_correct"]).tolist(),
       },
   }
@@ -327,6 +329,7 @@ def _group_summary(greedy: dict, sampled: dict, sel_N: np.ndarray, ks) -> dict:
   return {
       "n": n_problems,
       "greedy": {"completion_rate": float(greedy_N.mean()), "ci_low": low, "ci_high": high,
+                 "strict_completion_rate": _strict_rate(greedy, "strict_correct", sel_N),
                  "mean_response_len": float(np.mean(greedy["response_len"][sel_N])),
                  "mean_reward": float(np.mean(np.asarray(greedy["reward"])[sel_N])),
                  "reward_components": {name: float(np.mean(np.asarray(values)[sel_N]))
@@ -334,11 +337,17 @@ def _group_summary(greedy: dict, sampled: dict, sel_N: np.ndarray, ks) -> dict:
       "sampled": {
           "num_samples": n,
           "completion_rate": float(num_correct_N.sum() / (n * n_problems)),
+          "strict_completion_rate": _strict_rate(sampled, "num_strict_correct", sel_N) / n,
           "pass_at_k": {str(k): float(np.mean(stats.pass_at_k(n, num_correct_N, k)))
                         for k in ks},
           "mean_response_len": float(np.mean(sampled["response_len"][sel_N])),
       },
   }
+
+
+def _strict_rate(result: dict, key: str, sel_N: np.ndarray) -> float:
+  """Mean of result[key] over the selected problems (format-strict completion)."""
+  return float(np.mean(np.asarray(result[key])[sel_N]))
 
 
 def summarize(greedy: dict, sampled: dict, ks) -> dict:
@@ -350,11 +359,13 @@ def summarize(greedy: dict, sampled: dict, ks) -> dict:
     ks: the k of each pass@k.
 
   Returns:
-    {group: {"n", "greedy": {completion_rate, ci_low, ci_high, mean_response_len,
-                             mean_reward, reward_components {name: mean}},
-             "sampled": {num_samples, completion_rate, pass_at_k {k: value},
-                         mean_response_len}}}
-    The sampled completion rate is the mean over all n samples (= pass@1).
+    {group: {"n", "greedy": {completion_rate, ci_low, ci_high, strict_completion_rate,
+                             mean_response_len, mean_reward, reward_components {name: mean}},
+             "sampled": {num_samples, completion_rate, strict_completion_rate,
+                         pass_at_k {k: value}, mean_response_len}}}
+    Completion rates are answer-only; the strict ones also need the domain's
+    strict answer format. The sampled completion rate is the mean over all n
+    samples (= pass@1).
   """
   domain_N = np.asarray(greedy["domain"])
   level_N = np.asarray(greedy["difficulty"])

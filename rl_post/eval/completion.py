@@ -1,5 +1,10 @@
 """Task completion rate on a fixed task set, with per-problem outcomes.
 
+Two rates are kept apart: answer-only completion (the verifier's score is 1,
+the answer read in the domain's answer format however loosely it was
+written) and format-strict completion (also `format_ok`), so that learning
+a format is never reported as learning the task.
+
 The per-problem `correct` array (not just the mean) is returned so that
 before/after comparisons can be paired and stratified by domain and
 difficulty.
@@ -31,12 +36,13 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
   one, a default RewardPool with `domain_options` is started for the call.
 
   Returns:
-    dict with "correct" [n] bool (first sample), "num_correct" [n] int
-    (over samples), "num_samples", "difficulty" [n], "domain" [n],
-    "format_ok" [n], "response_len" [n], "reward" [n] and "components"
-    {name: [n]} (the first sample's reward and its named components, 0
-    where a verdict lacks one), "completion_rate" and "errors" {kind: count
-    over all samples}.
+    dict with "correct" [n] bool (first sample, answer-only), "strict_correct"
+    [n] bool (first sample, also strictly formatted), "num_correct" and
+    "num_strict_correct" [n] int (over samples), "num_samples", "difficulty"
+    [n], "domain" [n], "format_ok" [n], "response_len" [n], "reward" [n] and
+    "components" {name: [n]} (the first sample's reward and its named
+    components, 0 where a verdict lacks one), "completion_rate",
+    "strict_completion_rate" and "errors" {kind: count over all samples}.
   """
   tasks = list(tasks)
   if not tasks:
@@ -51,7 +57,9 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
                       shard=shard, num_samples=num_samples, reward_pool=pool)
   n = len(tasks)
   num_correct = np.zeros(n, np.int64)
+  num_strict = np.zeros(n, np.int64)
   first_correct = np.zeros(n, bool)
+  first_strict = np.zeros(n, bool)
   format_ok = np.zeros(n, bool)
   response_len = np.zeros(n, np.int64)
   reward = np.zeros(n, np.float32)
@@ -74,38 +82,52 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
                                         rollout.mask_BxT[:len(chunk)])
       scored = reward_pool.score(chunk, texts)
       ok = scored.correct_N
+      strict = ok & np.array([v.format_ok for v in scored.verdicts], bool)
       for kind, count in scored.error_counts.items():
         errors[kind] += count
       idx = slice(start, start + len(chunk))
       num_correct[idx] += ok
+      num_strict[idx] += strict
       if sample == 0:
         first_correct[idx] = ok
+        first_strict[idx] = strict
         format_ok[idx] = [v.format_ok for v in scored.verdicts]
         response_len[idx] = rollout.response_lens_B[:len(chunk)]
         reward[idx] = scored.rewards_N
         for name, values in scored.components.items():
           components.setdefault(name, np.zeros(n, np.float32))[idx] = values
   return {
-      "correct": first_correct, "num_correct": num_correct, "num_samples": num_samples,
+      "correct": first_correct, "strict_correct": first_strict, "num_correct": num_correct,
+      "num_strict_correct": num_strict, "num_samples": num_samples,
       "difficulty": np.array([t.difficulty for t in tasks]),
       "domain": [t.domain for t in tasks], "format_ok": format_ok,
       "response_len": response_len, "reward": reward, "components": components,
       "completion_rate": float(first_correct.mean()),
+      "strict_completion_rate": float(first_strict.mean()),
       "errors": errors,
   }
 
 
 def eval_metrics(result: dict, prefix: str = "eval") -> dict[str, float]:
-  """Flat metrics: overall, per domain and per difficulty completion rates."""
+  """Flat metrics: overall, per domain and per difficulty completion rates.
+
+  `pass_rate` is answer-only completion; `strict_pass_rate` also needs the
+  strict format (results without "strict_correct" report answer-only only).
+  """
   correct = result["correct"]
+  strict = result.get("strict_correct")
   metrics = {f"{prefix}/pass_rate": float(correct.mean()),
              f"{prefix}/format_rate": float(result["format_ok"].mean())}
+  if strict is not None:
+    metrics[f"{prefix}/strict_pass_rate"] = float(np.mean(strict))
   for kind, count in result.get("errors", {}).items():
     metrics[f"{prefix}/errors/{kind}"] = float(count)
   domains = np.array(result["domain"])
   for domain in sorted(set(result["domain"])):
     sel = domains == domain
     metrics[f"{prefix}/{domain}/pass_rate"] = float(correct[sel].mean())
+    if strict is not None:
+      metrics[f"{prefix}/{domain}/strict_pass_rate"] = float(np.asarray(strict)[sel].mean())
     for level in sorted(set(result["difficulty"][sel].tolist())):
       sub = sel & (result["difficulty"] == level)
       metrics[f"{prefix}/{domain}/difficulty_{level}/pass_rate"] = float(correct[sub].mean())

@@ -288,16 +288,21 @@ def render_checkpoint_eval(result: Mapping[str, Any]) -> str:
   lines = [f"# Evaluation of `{result['checkpoint']}`", "",
            f"Held-out problems; greedy decoding (one response each) and sampling at "
            f"T={settings['temperature']} (n={n} responses each; pass@k is the unbiased "
-           f"estimator 1 - C(n-c, k) / C(n, k)). Max {settings['max_new_tokens']} new tokens.",
+           f"estimator 1 - C(n-c, k) / C(n, k)). Max {settings['max_new_tokens']} new tokens. "
+           "Completion is answer-only (the answer read in the domain's answer format); "
+           "the strict columns also need the format followed strictly.",
            "",
-           "| group | problems | greedy | greedy 95% CI | "
-           + " | ".join(f"pass@{k}" for k in ks) + " | mean len greedy | mean len sampled |",
-           "|---|---|---|---|" + "---|" * len(ks) + "---|---|"]
+           "| group | problems | greedy | greedy 95% CI | greedy strict | "
+           + " | ".join(f"pass@{k}" for k in ks)
+           + " | pass@1 strict | mean len greedy | mean len sampled |",
+           "|---|---|---|---|---|" + "---|" * len(ks) + "---|---|---|"]
   for name, g in result["groups"].items():
     greedy, sampled = g["greedy"], g["sampled"]
     passes = " | ".join(_pct(sampled["pass_at_k"][k]) for k in ks)
     lines.append(f"| {name} | {g['n']} | {_pct(greedy['completion_rate'])} | "
-                 f"[{_pct(greedy['ci_low'])}, {_pct(greedy['ci_high'])}] | {passes} | "
+                 f"[{_pct(greedy['ci_low'])}, {_pct(greedy['ci_high'])}] | "
+                 f"{_pct(greedy.get('strict_completion_rate', float('nan')))} | {passes} | "
+                 f"{_pct(sampled.get('strict_completion_rate', float('nan')))} | "
                  f"{greedy['mean_response_len']:.1f} | {sampled['mean_response_len']:.1f} |")
   lines += _reward_component_lines(result["groups"])
   for mode, counts in result.get("verifier_errors", {}).items():

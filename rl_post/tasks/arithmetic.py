@@ -21,8 +21,7 @@ import zlib
 
 import numpy as np
 
-from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract_answer,
-                                has_reasoning_format, think_span)
+from rl_post.tasks.base import MAX_ANSWER_CHARS, Domain, Task, Verdict, think_span
 
 _INT_RE = re.compile(r"-?\d+")
 MAX_EXTRA_STEPS = 8
@@ -159,7 +158,7 @@ class Arithmetic(Domain):
       a, b = b, a
     result = a + b if op == "+" else a - b
     return Task(task_id=f"arithmetic/{difficulty}/{a}{op}{b}", domain=self.name,
-                prompt=f"What is {a}{op}{b}?", difficulty=difficulty, target=result,
+                prompt=self.ask(f"What is {a}{op}{b}?", "the answer", ""), difficulty=difficulty, target=result,
                 metadata={"a": a, "b": b, "op": op})
 
   def _short_first(self, rng: np.random.Generator, difficulty: int) -> Task:
@@ -169,7 +168,8 @@ class Arithmetic(Domain):
     short = int(rng.integers(0 if short_digits == 1 else 10 ** (short_digits - 1),
                              10 ** short_digits))
     return Task(task_id=f"arithmetic/{difficulty}/{short}+{long}", domain=self.name,
-                prompt=f"What is {short}+{long}?", difficulty=difficulty, target=short + long,
+                prompt=self.ask(f"What is {short}+{long}?", "the answer", ""),
+                difficulty=difficulty, target=short + long,
                 metadata={"a": short, "b": long, "op": "+"})
 
   def demonstration(self, task: Task) -> str:
@@ -178,24 +178,24 @@ class Arithmetic(Domain):
       # Deterministic per task, so resumed runs see the same data.
       rng = np.random.default_rng(zlib.crc32(task.task_id.encode()))
     if self.answer_only_rate > 0 and rng.random() < self.answer_only_rate:
-      return f"<think></think>\n<answer>{task.target}</answer>"
+      return self.respond("", str(task.target))
     slips = frozenset()
     if self.demo_slip_rate > 0:
       width = _width(m["a"], m["b"])
       slips = frozenset(np.flatnonzero(rng.random(width) < self.demo_slip_rate).tolist())
     steps, result = column_steps(m["a"], m["b"], m["op"], slips)
-    return f"<think>{' '.join(steps)}</think>\n<answer>{result}</answer>"
+    return self.respond(" ".join(steps), str(result))
 
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     del sandbox  # parses text only
-    format_ok = has_reasoning_format(completion)
+    reading = self.read(completion)
+    format_ok, answer = reading.format_ok, reading.answer
     m = task.metadata
     process, spans = column_credit(m["a"], m["b"], m["op"], completion)
     # the work is credited whatever the answer
     credit = dict(components={"process": process}, step_scores=spans)
-    answer = extract_answer(completion)
     if answer is None:
-      return Verdict(False, format_ok, None, "no <answer> tag", **credit)
+      return Verdict(False, format_ok, None, self.no_answer, **credit)
     if len(answer) > MAX_ANSWER_CHARS:
       return Verdict(False, format_ok, answer[:MAX_ANSWER_CHARS], "answer too long", **credit)
     if not _INT_RE.fullmatch(answer):

@@ -12,6 +12,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rl_post.tasks import answers
+
 MAX_ANSWER_CHARS = 256
 
 
@@ -107,13 +109,7 @@ def extract_answer(completion: str) -> str | None:
   Linear time on any input (two reverse searches), so completions made of
   many unclosed tags cannot stall a verifier.
   """
-  end = completion.rfind("</answer>")
-  if end < 0:
-    return None
-  start = completion.rfind("<answer>", 0, end)
-  if start < 0:
-    return None
-  return completion[start + len("<answer>"):end].strip()
+  return answers.tag_content(completion)
 
 
 def think_span(completion: str) -> tuple[int, int] | None:
@@ -126,19 +122,52 @@ def think_span(completion: str) -> tuple[int, int] | None:
   return None if end < 0 else (start, end)
 
 
-def has_reasoning_format(completion: str) -> bool:
-  """<think>...</think> then <answer>...</answer>, nothing after the answer."""
-  text = completion.strip()
-  think_end = text.find("</think>")
-  return (text.startswith("<think>") and think_end > 0 and text.count("<answer>") == 1
-          and text.endswith("</answer>") and text.find("<answer>") > think_end)
+has_reasoning_format = answers.has_reasoning_format
 
 
 class Domain(abc.ABC):
-  """A family of verifiable tasks with difficulty levels."""
+  """A family of verifiable tasks with difficulty levels.
+
+  How a response gives its answer is the domain's `answer_format` (one of
+  its `answer_formats`, `rl_post.tasks.answers`), set from config
+  (`tasks.domain_options.<name>.answer_format`) by the registry; domains ask
+  for it with `ask`, read it with `read` and demonstrate it with `respond`.
+  """
 
   name: str
   difficulty_levels: tuple[int, ...]
+  answer_format: str = "tags"
+  answer_formats: tuple[str, ...] = answers.TEXT_FORMATS
+
+  def set_answer_format(self, answer_format: str):
+    """Selects how answers are asked for and read; ValueError if this domain lacks it."""
+    self.answer_format = answers.check_format(answer_format, self.answer_formats)
+
+  def ask(self, question: str, what: str, tags_instruction: str, sep: str = " ") -> str:
+    """`question` followed by the instruction of this domain's answer format.
+
+    Args:
+      question: the task itself.
+      what: what the answer is, for the generic instructions ("the final answer").
+      tags_instruction: the domain's own wording for the "tags" format ("" for none).
+      sep: between the question and the instruction.
+    """
+    text = (tags_instruction if self.answer_format == "tags"
+            else answers.instruction(self.answer_format, what))
+    return f"{question}{sep}{text}" if text else question
+
+  def read(self, completion: str) -> answers.Reading:
+    """The answer of `completion` in this domain's format (linear time)."""
+    return answers.read(completion, self.answer_format)
+
+  def respond(self, work: str, answer: str) -> str:
+    """A demonstration that shows `work` then gives `answer` in this domain's format."""
+    return answers.render(self.answer_format, work, answer)
+
+  @property
+  def no_answer(self) -> str:
+    """The verdict error of a completion without an answer in this domain's format."""
+    return "no <answer> tag" if self.answer_format == "tags" else f"no {self.answer_format} answer"
 
   @abc.abstractmethod
   def generate(self, rng: np.random.Generator, difficulty: int) -> Task:

@@ -16,8 +16,7 @@ import numpy as np
 from rl_post.sandbox import ExecResult, grading
 from rl_post.tasks import code_problems
 from rl_post.tasks.base import Task, Verdict
-from rl_post.tasks.sandboxed import (Prepared, SandboxedDomain, answer_prompt, fenced_response,
-                                     program_or_failure)
+from rl_post.tasks.sandboxed import Prepared, SandboxedDomain
 
 
 def call_expr(args: list) -> str:
@@ -64,7 +63,7 @@ class Code(SandboxedDomain):
     shown = family.reference(*copy.deepcopy(example))
     prompt = (f"Write a Python function `{family.signature}` that {family.spec}.\n"
               f"Example: {family.name}({', '.join(map(repr, example))}) == {shown!r}\n"
-              f"{answer_prompt('Python')}")
+              f"{self.code_prompt('Python')}")
     index = int(rng.integers(1 << 31))
     return Task(task_id=f"code/{difficulty}/{family.name}/{index}", domain=self.name,
                 prompt=prompt, difficulty=difficulty, target=tests,
@@ -72,10 +71,10 @@ class Code(SandboxedDomain):
 
   def demonstration(self, task: Task) -> str:
     family = self._families[task.metadata["entry_point"]]
-    return fenced_response(f"Implement {family.signature} directly.", family.source(), "python")
+    return self.code_response(f"Implement {family.signature} directly.", family.source(), "python")
 
   def prepare(self, task: Task, completion: str) -> Prepared | Verdict:
-    code = program_or_failure(completion)
+    code = self.program(completion)
     if isinstance(code, Verdict):
       return code
     cases = [grading.FunctionCase(expr, expected, kind="typed", tolerance=1e-9)

@@ -20,8 +20,7 @@ from fractions import Fraction
 import numpy as np
 
 from rl_post.tasks import safe_expr
-from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract_answer,
-                                has_reasoning_format, think_span)
+from rl_post.tasks.base import MAX_ANSWER_CHARS, Domain, Task, Verdict, think_span
 
 _LIMITS = safe_expr.Limits(max_chars=MAX_ANSWER_CHARS, max_depth=32, max_bits=256,
                            allow_power=False, allow_decimal=False)
@@ -100,6 +99,7 @@ class Countdown(Domain):
   """`Using the numbers [...], write an expression equal to T`."""
 
   name = "countdown"
+  answer_formats = ("tags", "boxed", "last_line")  # the answer is an expression
   difficulty_levels = (1, 2, 3, 4)
 
   def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
@@ -116,25 +116,25 @@ class Countdown(Domain):
     else:
       raise RuntimeError(f"countdown: no target in range after 1000 draws at level {difficulty}")
     steps, expr, target = found
-    prompt = (f"Using the numbers {numbers}, write an arithmetic expression that equals "
-              f"{target}. Use each number exactly once, with +, -, *, / and parentheses. "
-              "Show your work in <think> </think> tags and give only the expression in "
-              "<answer> </answer> tags, for example <answer>(1+2)*3</answer>.")
+    prompt = self.ask(
+        f"Using the numbers {numbers}, write an arithmetic expression that equals "
+        f"{target}. Use each number exactly once, with +, -, *, / and parentheses.",
+        "the expression", "Show your work in <think> </think> tags and give only the expression "
+        "in <answer> </answer> tags, for example <answer>(1+2)*3</answer>.")
     return Task(task_id=f"countdown/{difficulty}/{'-'.join(map(str, numbers))}={target}",
                 domain=self.name, prompt=prompt, difficulty=difficulty, target=target,
                 metadata={"numbers": numbers, "solution": expr, "steps": steps})
 
   def demonstration(self, task: Task) -> str:
-    return (f"<think>{', '.join(task.metadata['steps'])}</think>\n"
-            f"<answer>{task.metadata['solution']}</answer>")
+    return self.respond(", ".join(task.metadata["steps"]), task.metadata["solution"])
 
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     del sandbox  # parses text only
-    format_ok = has_reasoning_format(completion)
+    reading = self.read(completion)
+    format_ok, answer = reading.format_ok, reading.answer
     process, spans = step_credit(task.metadata["numbers"], completion)
-    answer = extract_answer(completion)
     if answer is None:
-      return Verdict(0.0, format_ok, None, "no <answer> tag", components={"process": process},
+      return Verdict(0.0, format_ok, None, self.no_answer, components={"process": process},
                      step_scores=spans)
     credit = dict(process=process)  # the work is credited whatever the answer
     if "=" in answer:  # "expr = target" is accepted; the target part is ignored

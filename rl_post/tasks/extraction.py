@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from rl_post.tasks.base import Domain, Task, Verdict, extract_answer, has_reasoning_format
+from rl_post.tasks.base import Domain, Task, Verdict
 
 MAX_JSON_CHARS = 8192
 _FIRST = ("Ada Alan Bea Carl Dana Eli Fay Gus Hana Ivan Jon Kai Lea Max Nia Omar Pia Quinn Rosa "
@@ -71,6 +71,7 @@ class Extraction(Domain):
   """Extract records from a generated memo as JSON; partial credit per field."""
 
   name = "extraction"
+  answer_formats = ("tags", "code_block", "last_line")  # JSON is not a number or a boxed term
   difficulty_levels = tuple(_LEVELS)
 
   def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
@@ -104,23 +105,24 @@ class Extraction(Domain):
                   f"objects with the keys {keys}.")
     if corrected:
       question += " Apply the corrections at the end of the memo."
-    prompt = (f"{document}\n\n{question} Use numbers for age and amount. Think in <think> "
-              "</think> tags, then give only the JSON in <answer> </answer> tags.")
+    prompt = self.ask(f"{document}\n\n{question} Use numbers for age and amount.", "the JSON",
+                      "Think in <think> </think> tags, then give only the JSON in <answer> "
+                      "</answer> tags.")
     return Task(task_id=f"extraction/{difficulty}/{'|'.join(names)}/{'|'.join(fields)}",
                 domain=self.name, prompt=prompt, difficulty=difficulty, target=expected,
                 metadata={"fields": fields})
 
   def demonstration(self, task: Task) -> str:
     count = len(task.target) if isinstance(task.target, list) else 1
-    return (f"<think>{count} record(s), fields {', '.join(task.metadata['fields'])}</think>\n"
-            f"<answer>{json.dumps(task.target)}</answer>")
+    return self.respond(f"{count} record(s), fields {', '.join(task.metadata['fields'])}",
+                        json.dumps(task.target))
 
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     del sandbox  # parses text only
-    format_ok = has_reasoning_format(completion)
-    answer = extract_answer(completion)
+    reading = self.read(completion)
+    format_ok, answer = reading.format_ok, reading.answer
     if answer is None:
-      return Verdict(0.0, format_ok, None, "no <answer> tag")
+      return Verdict(0.0, format_ok, None, self.no_answer)
     if len(answer) > MAX_JSON_CHARS:
       return Verdict(0.0, format_ok, answer[:256], "answer too long")
     try:

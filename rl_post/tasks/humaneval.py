@@ -29,8 +29,7 @@ import numpy as np
 from rl_post.sandbox import ExecResult, RunRequest, grading
 from rl_post.tasks.base import Task, Verdict
 from rl_post.tasks.code import graded_verdict
-from rl_post.tasks.sandboxed import (Prepared, SandboxedDomain, answer_prompt, fenced_response,
-                                     program_or_failure)
+from rl_post.tasks.sandboxed import Prepared, SandboxedDomain
 
 _RECORDER = r'''
 import json, os, random
@@ -161,7 +160,7 @@ class HumanEval(SandboxedDomain):
   def task(self, task_id: str) -> Task:
     p = self.problems[task_id]
     prompt = (f"Complete the following Python function.\n```python\n{p['prompt']}```\n"
-              f"{answer_prompt('Python')}")
+              f"{self.code_prompt('Python')}")
     return Task(task_id=task_id, domain=self.name, prompt=prompt,
                 difficulty=self.level_of[task_id], target=None,
                 metadata={"entry_point": p["entry_point"]})
@@ -177,7 +176,7 @@ class HumanEval(SandboxedDomain):
 
   def demonstration(self, task: Task) -> str:
     p = self.problems[task.task_id]
-    return fenced_response("Implement the docstring.", p["prompt"] + p["canonical_solution"],
+    return self.code_response("Implement the docstring.", p["prompt"] + p["canonical_solution"],
                            "python")
 
   def verify_batch(self, tasks, completions, *, sandbox=None):
@@ -216,7 +215,7 @@ class HumanEval(SandboxedDomain):
     return self._cases[task_id]
 
   def prepare(self, task: Task, completion: str) -> Prepared | Verdict:
-    code = program_or_failure(completion)
+    code = self.program(completion)
     if isinstance(code, Verdict):
       return code
     p = self.problems[task.task_id]

@@ -14,8 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract_answer,
-                                has_reasoning_format)
+from rl_post.tasks.base import MAX_ANSWER_CHARS, Domain, Task, Verdict
 from rl_post.tasks.math_worker import CheckTimeout, MathChecker
 
 _FORMAT = ("Show your work in <think> </think> tags and give only the final answer, in LaTeX, "
@@ -98,6 +97,7 @@ class Math(Domain):
   """Generated algebra problems with LaTeX answers (fractions, sets, intervals)."""
 
   name = "math"
+  answer_formats = ("tags", "boxed", "last_line")  # LaTeX answers are not plain numbers
   difficulty_levels = tuple(_GENERATORS)
 
   def __init__(self, timeout_s: float = 5.0):
@@ -110,18 +110,18 @@ class Math(Domain):
     self.check_difficulty(difficulty)
     question, answer, steps = _GENERATORS[difficulty](rng)
     return Task(task_id=f"math/{difficulty}/{question}", domain=self.name,
-                prompt=f"{question} {_FORMAT}", difficulty=difficulty, target=answer,
+                prompt=self.ask(question, "the final answer, in LaTeX,", _FORMAT), difficulty=difficulty, target=answer,
                 metadata={"steps": steps})
 
   def demonstration(self, task: Task) -> str:
-    return f"<think>{'; '.join(task.metadata['steps'])}</think>\n<answer>{task.target}</answer>"
+    return self.respond("; ".join(task.metadata["steps"]), task.target)
 
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     del sandbox  # math-verify runs in our own child process, not the code sandbox
-    format_ok = has_reasoning_format(completion)
-    answer = extract_answer(completion)
+    reading = self.read(completion)
+    format_ok, answer = reading.format_ok, reading.answer
     if answer is None:
-      return Verdict(0.0, format_ok, None, "no <answer> tag")
+      return Verdict(0.0, format_ok, None, self.no_answer)
     if not answer:
       return Verdict(0.0, format_ok, answer, "empty answer")
     if len(answer) > MAX_ANSWER_CHARS:

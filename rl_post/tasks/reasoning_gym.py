@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from rl_post.tasks import rg_scorers
-from rl_post.tasks.base import Domain, Task, Verdict, extract_answer, has_reasoning_format
+from rl_post.tasks.base import Domain, Task, Verdict
 
 GENERATORS = (
     "ab", "acre", "advanced_geometry", "aiw", "arc_1d", "arc_agi", "base_conversion",
@@ -58,8 +58,9 @@ MAX_LEVEL = {"jugs": 2, "zebra_puzzles": 4, "bf": 2, "rubiks_cube": 1}
 # its own scorer rejects: its references are scored at generation.
 CHECK_REFERENCE = frozenset({"jugs"})
 REFERENCE_KEYS = ("possible_answer", "example_answer", "example_correct_answer")  # where a None answer's example lives
-FORMAT = ("\n\nThink in <think> </think> tags, then give only the final answer in "
-          "<answer> </answer> tags.")
+TAGS_INSTRUCTION = ("Think in <think> </think> tags, then give only the final answer in "
+                    "<answer> </answer> tags.")
+_SEP = "\n\n"  # between the generator's question and the answer-format instruction
 MIN_ANSWER_CAP = 2048
 # Item i of a dataset is generated from seed + i, but a few generators draw
 # per-item state up front (gsm_symbolic, acre) or cap the size (word_ladder).
@@ -150,23 +151,24 @@ class ReasoningGymDomain(Domain):
     else:
       raise RuntimeError(f"{self.name}: no task at level {difficulty} in {_GENERATE_TRIES} tries")
     return Task(task_id=f"{self.name}/{difficulty}/{index}", domain=self.name,
-                prompt=entry["question"] + FORMAT, difficulty=difficulty,
+                prompt=self.ask(entry["question"], "the final answer", TAGS_INSTRUCTION, _SEP),
+                difficulty=difficulty,
                 target={"answer": entry["answer"], "metadata": entry["metadata"]},
-                metadata={"reference": reference})
+                metadata={"reference": reference, "question_chars": len(entry["question"])})
 
   def demonstration(self, task: Task) -> str:
-    return f"<think>Working it out.</think>\n<answer>{task.metadata['reference']}</answer>"
+    return self.respond("Working it out.", task.metadata["reference"])
 
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     del sandbox  # scorers only parse text (unsafe ones go through rg_scorers)
-    format_ok = has_reasoning_format(completion)
-    answer = extract_answer(completion)
+    reading = self.read(completion)
+    format_ok, answer = reading.format_ok, reading.answer
     if answer is None:
-      return Verdict(0.0, format_ok, None, "no <answer> tag")
+      return Verdict(0.0, format_ok, None, self.no_answer)
     cap = max(MIN_ANSWER_CAP, 8 * len(task.metadata["reference"]))
     if len(answer) > cap:
       return Verdict(0.0, format_ok, answer[:256], f"answer longer than {cap} characters")
-    entry = copy.deepcopy({"question": task.prompt[:-len(FORMAT)], **task.target})
+    entry = copy.deepcopy({"question": _question(task), **task.target})
     scorer = rg_scorers.FIXED_SCORERS.get(self.generator,
                                           self._dataset(task.difficulty).score_answer)
     try:
@@ -176,3 +178,12 @@ class ReasoningGymDomain(Domain):
     if not math.isfinite(score):
       return Verdict(0.0, format_ok, answer[:256], "scorer returned a non-finite score")
     return Verdict(min(max(score, 0.0), 1.0), format_ok, answer[:256])
+
+
+def _question(task: Task) -> str:
+  """The generator's question: the prompt without its answer-format instruction
+  (tasks stored before `question_chars` existed end with the tags instruction)."""
+  chars = task.metadata.get("question_chars")
+  if chars is None:
+    return task.prompt[:-len(_SEP + TAGS_INSTRUCTION)]
+  return task.prompt[:chars]

@@ -54,6 +54,13 @@ def is_known(name: str) -> bool:
 
 
 def make_domain(name: str, options: Mapping[str, Any] | None = None) -> Domain:
+  """The domain `name` built with `options`.
+
+  `options["answer_format"]`, if given, is not a constructor argument: it
+  selects how the domain asks for and reads answers (`Domain.set_answer_format`).
+  """
+  options = dict(options or {})
+  answer_format = options.pop("answer_format", None)
   if ":" in name:
     factory = _import_factory(name)
   elif name in _FACTORIES:
@@ -61,9 +68,11 @@ def make_domain(name: str, options: Mapping[str, Any] | None = None) -> Domain:
   else:
     raise ValueError(f"unknown domain {name!r}; registered: {sorted(_FACTORIES)} "
                      "(or use 'module:Class')")
-  domain = factory(**dict(options or {}))
+  domain = factory(**options)
   if domain.name != name and ":" not in name:
     raise ValueError(f"domain factory {name!r} built a domain named {domain.name!r}")
+  if answer_format is not None:
+    domain.set_answer_format(answer_format)
   return domain
 
 

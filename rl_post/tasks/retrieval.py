@@ -15,8 +15,7 @@ import re
 
 import numpy as np
 
-from rl_post.tasks.base import (MAX_ANSWER_CHARS, Domain, Task, Verdict, extract_answer,
-                                has_reasoning_format)
+from rl_post.tasks.base import MAX_ANSWER_CHARS, Domain, Task, Verdict
 
 CHARS_PER_TOKEN = 4
 DEFAULT_LEVELS = ((512, 1), (2048, 1), (4096, 2), (8192, 2), (16384, 3), (32768, 3))
@@ -101,9 +100,10 @@ class Retrieval(Domain):
     chains = _chains(rng, hops, self.distractors + 1)
     name, facts, answer = chains[0]
     kind = _KINDS[hops - 1]
-    question = (f"In which {kind} is {name}'s key? Follow the facts in the document. Think in "
-                f"<think> </think> tags, then give only the {kind}'s name or number in "
-                "<answer> </answer> tags.")
+    question = self.ask(f"In which {kind} is {name}'s key? Follow the facts in the document.",
+                        f"the {kind}'s name or number",
+                        f"Think in <think> </think> tags, then give only the {kind}'s name or "
+                        "number in <answer> </answer> tags.")
     budget = tokens * CHARS_PER_TOKEN - len(question) - 40
     needles = [fact for _, chain_facts, _ in chains for fact in chain_facts]
     sentences = _filler(rng, budget - sum(len(f) + 1 for f in needles))
@@ -123,14 +123,14 @@ class Retrieval(Domain):
                 metadata={"facts": facts, "kind": kind, "context_tokens": tokens, "hops": hops})
 
   def demonstration(self, task: Task) -> str:
-    return f"<think>{' '.join(task.metadata['facts'])}</think>\n<answer>{task.target}</answer>"
+    return self.respond(" ".join(task.metadata["facts"]), task.target)
 
   def verify(self, task: Task, completion: str, *, sandbox=None) -> Verdict:
     del sandbox  # parses text only
-    format_ok = has_reasoning_format(completion)
-    answer = extract_answer(completion)
+    reading = self.read(completion)
+    format_ok, answer = reading.format_ok, reading.answer
     if answer is None:
-      return Verdict(0.0, format_ok, None, "no <answer> tag")
+      return Verdict(0.0, format_ok, None, self.no_answer)
     if len(answer) > MAX_ANSWER_CHARS:
       return Verdict(0.0, format_ok, answer[:MAX_ANSWER_CHARS], "answer too long")
     return Verdict(float(normalize(answer, task.metadata["kind"]) == task.target.casefold()),

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from rl_post.sandbox import ExecResult, RunRequest
-from rl_post.tasks.base import Domain, Task, Verdict, extract_answer, failed, has_reasoning_format
+from rl_post.tasks.base import Domain, Task, Verdict, extract_answer, failed
 
 MAX_PROGRAM_CHARS = 64_000  # far above any sensible answer, far below the sandbox's input cap
 _FENCE = "```"
@@ -53,7 +53,7 @@ def extract_code(completion: str) -> str | None:
 
 
 def answer_prompt(language: str) -> str:
-  """The response-format instruction shared by the sandboxed domains."""
+  """The "tags" response-format instruction shared by the sandboxed domains."""
   return ("Think step by step inside <think></think>, then give the complete "
           f"{language} code inside <answer></answer> as a ```{language.lower()} "
           "fenced block.")
@@ -75,6 +75,25 @@ class SandboxedDomain(Domain, abc.ABC):
 
   timeout_s: float = 5.0
   memory_mb: int = 256
+  # The program is read leniently in both (a bare fence counts under "tags" too);
+  # the format decides the instruction, the demonstration and `format_ok`.
+  answer_formats = ("tags", "code_block")
+
+  def code_prompt(self, language: str) -> str:
+    """The instruction for the program, in this domain's answer format."""
+    if self.answer_format == "tags":
+      return answer_prompt(language)
+    return f"Give the complete {language} code in one ```{language.lower()} fenced block."
+
+  def code_response(self, thought: str, code: str, language: str) -> str:
+    """A demonstration: `thought`, then `code` in this domain's answer format."""
+    if self.answer_format == "tags":
+      return fenced_response(thought, code, language)
+    return f"{thought}\n```{language}\n{code.strip()}\n```"
+
+  def program(self, completion: str) -> str | Verdict:
+    """The completion's code, or a zero Verdict saying why there is none."""
+    return program_or_failure(completion, self.read(completion).format_ok)
 
   @abc.abstractmethod
   def prepare(self, task: Task, completion: str) -> Prepared | Verdict:
@@ -112,7 +131,7 @@ class SandboxedDomain(Domain, abc.ABC):
       verdicts.append(verdict)
     results = _run_all(sandbox, [p.request for _, p in pending])
     for (i, prepared), result in zip(pending, results):
-      format_ok = has_reasoning_format(completions[i])
+      format_ok = self.read(completions[i]).format_ok
       if isinstance(result, str):
         verdicts[i] = Verdict(0.0, format_ok, prepared.answer, result)
         continue
@@ -161,10 +180,9 @@ def _run_all(sandbox, requests: list[RunRequest]) -> list[ExecResult | str]:
   return out
 
 
-def program_or_failure(completion: str) -> str | Verdict:
-  """The completion's code, or a zero Verdict saying why there is none."""
+def program_or_failure(completion: str, format_ok: bool) -> str | Verdict:
+  """The completion's code, or a zero Verdict (with `format_ok`) saying why there is none."""
   code = extract_code(completion)
-  format_ok = has_reasoning_format(completion)
   if code is None or not code.strip():
     return Verdict(0.0, format_ok, None, "no code found")
   if len(code) > MAX_PROGRAM_CHARS:

@@ -17,8 +17,7 @@ import numpy as np
 from rl_post.sandbox import ExecResult, RunRequest
 from rl_post.tasks import shell_tasks
 from rl_post.tasks.base import Task, Verdict
-from rl_post.tasks.sandboxed import (Prepared, SandboxedDomain, answer_prompt, fenced_response,
-                                     program_or_failure)
+from rl_post.tasks.sandboxed import Prepared, SandboxedDomain
 
 _FINISHED = ("ok", "error")  # a script's last command may legitimately exit non-zero
 
@@ -75,17 +74,17 @@ class Shell(SandboxedDomain):
         break
     listing = "\n".join(f"  {p}" for p in sorted(tree))
     prompt = (f"The current directory contains these files:\n{listing}\n{text}\n"
-              f"Write a bash script that does this. {answer_prompt('Bash')}")
+              f"Write a bash script that does this. {self.code_prompt('Bash')}")
     index = int(rng.integers(1 << 31))
     return Task(task_id=f"shell/{difficulty}/{family}/{index}", domain=self.name, prompt=prompt,
                 difficulty=difficulty, target=expected,
                 metadata={"files": tree, "family": family, "params": params, "script": demo})
 
   def demonstration(self, task: Task) -> str:
-    return fenced_response("Use find, grep and sed on the tree.", task.metadata["script"], "bash")
+    return self.code_response("Use find, grep and sed on the tree.", task.metadata["script"], "bash")
 
   def prepare(self, task: Task, completion: str) -> Prepared | Verdict:
-    script = program_or_failure(completion)
+    script = self.program(completion)
     if isinstance(script, Verdict):
       return script
     request = RunRequest(script, language="bash", files=dict(task.metadata["files"]),

@@ -22,8 +22,7 @@ import numpy as np
 from rl_post.sandbox import ExecResult, RunRequest
 from rl_post.tasks import sql_questions
 from rl_post.tasks.base import Task, Verdict
-from rl_post.tasks.sandboxed import (Prepared, SandboxedDomain, answer_prompt, fenced_response,
-                                     program_or_failure)
+from rl_post.tasks.sandboxed import Prepared, SandboxedDomain
 
 MAX_ROWS = 10_000
 MAX_VM_STEPS = 20_000_000
@@ -139,18 +138,18 @@ class Sql(SandboxedDomain):
     question, query, ordered = sql_questions.make_question(rng, difficulty, tables)
     schema = "\n".join(t["ddl"] + ";" for t in tables.values())
     prompt = (f"SQLite database schema:\n{schema}\n\nWrite one SQLite query that answers: "
-              f"{question}\n{answer_prompt('SQL')}")
+              f"{question}\n{self.code_prompt('SQL')}")
     index = int(rng.integers(1 << 31))
     return Task(task_id=f"sql/{difficulty}/{index}", domain=self.name, prompt=prompt,
                 difficulty=difficulty, target=gold_rows(tables, query),
                 metadata={"tables": tables, "gold_query": query, "ordered": ordered})
 
   def demonstration(self, task: Task) -> str:
-    return fenced_response("Select exactly the requested columns.",
+    return self.code_response("Select exactly the requested columns.",
                            task.metadata["gold_query"], "sql")
 
   def prepare(self, task: Task, completion: str) -> Prepared | Verdict:
-    query = program_or_failure(completion)
+    query = self.program(completion)
     if isinstance(query, Verdict):
       return query
     nonce = secrets.token_hex(16)

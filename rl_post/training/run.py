@@ -16,7 +16,7 @@ import jax
 import ml_collections
 from absl import logging
 
-from rl_post.data import tokenizer_fingerprint
+from rl_post.data import batching, tokenizer_fingerprint
 from rl_post.data.hf_tokenizer import load_tokenizer
 from rl_post.data.tokenizer import Tokenizer
 from rl_post import errors
@@ -292,6 +292,7 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -
                               "(same --config.tokenizer.path)")
     with errors.reading("tokenizer.path", config.tokenizer.path):
       tokenizer = load_tokenizer(config.tokenizer.path)
+  batching.configure_prompts(tokenizer, config.tokenizer)
   model_config = model_config_from(config, tokenizer)
   if model_config.vocab_size < tokenizer.vocab_size:
     raise ConfigError("model.vocab_size", model_config.vocab_size, f"is smaller than the "

@@ -70,6 +70,25 @@ def test_task_prompts_use_the_chat_template(hf_dir):
   assert tok.decode(ids, skip_special_tokens=False).endswith("<|im_start|>assistant\n")
 
 
+def test_a_configured_system_prompt_replaces_the_templates_default(hf_dir, tokenizer):
+  from rl_post.errors import ConfigError
+  tok = hf_tokenizer.load_tokenizer(str(hf_dir))
+  default = tok.decode(batching.prompt_ids(tok, "What is 2 + 3?"), skip_special_tokens=False)
+  assert default.startswith("<|im_start|>system\nBe brief.<|im_end|>")
+  batching.configure_prompts(tok, {"system_prompt": "End with the number."})
+  told = tok.decode(batching.prompt_ids(tok, "What is 2 + 3?"), skip_special_tokens=False)
+  assert told == ("<|im_start|>system\nEnd with the number.<|im_end|>\n<|im_start|>user\n"
+                  "What is 2 + 3?<|im_end|>\n<|im_start|>assistant\n")
+  batching.configure_prompts(tok, {"path": "x"})  # absent: the template's own default again
+  assert tok.decode(batching.prompt_ids(tok, "What is 2 + 3?"),
+                    skip_special_tokens=False) == default
+  with pytest.raises(ConfigError, match="tokenizer.system_prompt.*must be a string"):
+    batching.configure_prompts(tok, {"system_prompt": 3})
+  sentencepiece = hf_tokenizer.load_tokenizer(tokenizer.model_path)
+  with pytest.raises(ConfigError, match="tokenizer.system_prompt.*needs a tokenizer with a chat"):
+    batching.configure_prompts(sentencepiece, {"system_prompt": "Be brief."})
+
+
 def test_bad_messages_and_templates(hf_dir):
   tok = hf_tokenizer.load_tokenizer(str(hf_dir / "tokenizer.json"))
   with pytest.raises(ValueError, match=r"messages\[1\] needs a string 'content'"):

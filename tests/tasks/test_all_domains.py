@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rl_post.data import chat_template
-from rl_post.tasks import registry
+from rl_post.tasks import answers, registry
 from rl_post.tasks.sandboxed import SandboxedDomain
 
 DOMAINS = registry.available()
@@ -111,3 +111,49 @@ def test_tasks_survive_the_eval_set_encoding(name):
   from rl_post.data import eval_sets
   _, task = _domain_and_task(name)
   assert eval_sets.decode_record(eval_sets.encode_task(task)) == task
+
+
+def _format_cases():
+  """(domain, answer format) for every format other than "tags" that a domain offers."""
+  return [(name, fmt) for name in DOMAINS
+          for fmt in _domain_and_task(name)[0].answer_formats if fmt != "tags"]
+
+
+@pytest.mark.parametrize("name,fmt", _format_cases())
+def test_every_answer_format_a_domain_offers_asks_reads_and_demonstrates(name, fmt, request):
+  """The prompt ends with the format's instruction, the demonstration in that format
+  scores 1 and is strictly formatted; the same answer given loosely still counts
+  (answer-only) without format credit. final_number is checked where the reference
+  answer is a number (the config chooses it for numeric domains)."""
+  tags_domain, tags_task = _domain_and_task(name)
+  reference = answers.tag_content(tags_domain.demonstration(tags_task))
+  if fmt == "final_number" and answers.read(reference, "final_number").answer != reference:
+    return  # a non-numeric answer: this format is not for this task
+  domain = registry.make_domain(name, {"answer_format": fmt})
+  task = domain.generate(np.random.default_rng(0), min(domain.difficulty_levels))
+  assert task.task_id == tags_task.task_id  # the format changes the wording, not the task
+  assert "<answer>" not in task.prompt and task.prompt != tags_task.prompt
+  sandbox = _sandbox_for(domain, request)
+  verdict = domain.verify(task, domain.demonstration(task), sandbox=sandbox)
+  assert verdict.correct and verdict.format_ok, verdict
+  if fmt == "boxed":
+    loose = f"\\boxed{{wrong}} first.\nThen: \\boxed{{{reference}}}"
+  elif fmt == "final_number":
+    loose = f"{reference} is my answer, hope it helps"
+  elif fmt == "last_line":
+    loose = f"Let me see, so the answer: {reference}"
+  else:  # code_block: a second fence before the answer's
+    loose = "```\nnot this\n```\n" + domain.demonstration(task)
+  verdict = domain.verify(task, loose, sandbox=sandbox)
+  assert verdict.correct and not verdict.format_ok, (loose, verdict)
+
+
+def test_a_format_a_domain_does_not_offer_is_a_config_error():
+  from rl_post.data.mixture import TaskConfig, TaskMixture
+  from rl_post.errors import ConfigError
+  with pytest.raises(ValueError, match=r"answer_format must be one of \['tags', 'code_block'\]"):
+    registry.make_domain("code", {"answer_format": "final_number"})
+  with pytest.raises(ConfigError, match="tasks.domain_options.countdown"):
+    TaskMixture(TaskConfig(domains=("countdown",), heldout_size=0,
+                           domain_options={"countdown": {"answer_format": "final_number"}}),
+                seed=0)
