@@ -264,6 +264,28 @@ def _generate_and_score(model_config, params, tokenizer, tasks, sampling, settin
                              num_samples=num_samples, reward_pool=reward_pool)
 
 
+def load_for_eval(config: ml_collections.ConfigDict, checkpoint: str):
+  """(tokenizer with the config's prompt settings, mesh, rules, Loaded checkpoint).
+
+  Raises MissingInputError naming --checkpoint or tokenizer.path when absent.
+  """
+  if not os.path.exists(checkpoint):
+    raise MissingInputError("--checkpoint", checkpoint, "does not exist")
+  if not os.path.exists(config.tokenizer.path):
+    raise MissingInputError("tokenizer.path", config.tokenizer.path, "does not exist")
+  with errors.reading("tokenizer.path", config.tokenizer.path):
+    tokenizer = load_tokenizer(config.tokenizer.path)
+  batching.configure_prompts(tokenizer, config.tokenizer)
+  mesh = mesh_lib.make_mesh(dict(config.mesh))
+  rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
+  return tokenizer, mesh, rules, load_checkpoint(checkpoint, config, tokenizer, mesh, rules)
+
+
+def reward_config(config: ml_collections.ConfigDict) -> RewardConfig:
+  """The `rewards` section: verifier workers and time limits, as in training."""
+  return from_section(RewardConfig, config.get("rewards"), "rewards")
+
+
 def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
                         settings: EvalSettings) -> dict:
   """Greedy and sampled evaluation of `checkpoint` on the held-out tasks.
@@ -278,25 +300,15 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
     verifier error counts and per-problem arrays (domain, difficulty,
     greedy_correct, sampled_num_correct).
   """
-  if not os.path.exists(checkpoint):
-    raise MissingInputError("--checkpoint", checkpoint, "does not exist")
-  if not os.path.exists(config.tokenizer.path):
-    raise MissingInputError("tokenizer.path", config.tokenizer.path, "does not exist")
-  with errors.reading("tokenizer.path", config.tokenizer.path):
-    tokenizer = load_tokenizer(config.tokenizer.path)
-  batching.configure_prompts(tokenizer, config.tokenizer)
-  mesh = mesh_lib.make_mesh(dict(config.mesh))
-  rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
-  loaded = load_checkpoint(checkpoint, config, tokenizer, mesh, rules)
+  tokenizer, mesh, rules, loaded = load_for_eval(config, checkpoint)
   model_config, params = loaded.model_config, loaded.params
   tasks = heldout_tasks(config)
   shard = functools.partial(sharding.shard_batch, mesh=mesh, rules=rules)
   domain_options = config.tasks.get("domain_options")
   if hasattr(domain_options, "to_dict"):
     domain_options = domain_options.to_dict()
-  rewards = from_section(RewardConfig, config.get("rewards"), "rewards")
   rng = jax.random.fold_in(jax.random.key(int(config.seed)), 0xE7A1)
-  with RewardPool(rewards, domain_options) as pool:
+  with RewardPool(reward_config(config), domain_options) as pool:
     run = functools.partial(_generate_and_score, model_config, params, tokenizer, tasks,
                             settings=settings, shard=shard, reward_pool=pool)
     greedy = run(SamplingConfig(settings.max_new_tokens, greedy=True), rng=rng, num_samples=1)
