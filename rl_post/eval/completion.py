@@ -10,7 +10,7 @@ before/after comparisons can be paired and stratified by domain and
 difficulty.
 """
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import jax
 import numpy as np
@@ -21,6 +21,34 @@ from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import ERROR_KINDS
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.tasks.base import Task
+
+
+def scored_batches(model_config, params, tokenizer, tasks: Sequence[Task], *,
+                   sampling: SamplingConfig, max_prompt_len: int, batch_size: int, rng, shard,
+                   reward_pool: RewardPool) -> Iterator:
+  """Generates one response per task, `batch_size` tasks per call, and scores them.
+
+  Batches are padded to `batch_size` rows (one compiled shape); batch
+  `start`'s key is `fold_in(rng, start)`.
+
+  Yields:
+    (start, tasks of the batch, response texts, the fetched rollout, the
+    pool's scores) per batch, in order.
+  """
+  for start in range(0, len(tasks), batch_size):
+    chunk = list(tasks[start:start + batch_size])
+    prompts, lens = batching.encode_prompts(tokenizer, chunk, max_prompt_len)
+    pad = batch_size - len(chunk)  # fixed shapes: one compilation
+    prompts = np.pad(prompts, ((0, pad), (0, 0)), constant_values=tokenizer.pad_id)
+    lens = np.pad(lens, (0, pad), constant_values=1)
+    if shard is not None:
+      prompts, lens = shard((prompts, lens))
+    rollout = process_data.fetch(generate(params, prompts, lens, jax.random.fold_in(rng, start),
+                                          model_config=model_config, config=sampling,
+                                          eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id))
+    texts = batching.decode_responses(tokenizer, rollout.tokens_BxT[:len(chunk)],
+                                      rollout.mask_BxT[:len(chunk)])
+    yield start, chunk, texts, rollout, reward_pool.score(chunk, texts)
 
 
 def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling: SamplingConfig,
@@ -66,21 +94,10 @@ def evaluate(model_config, params, tokenizer, tasks: Sequence[Task], *, sampling
   components: dict[str, np.ndarray] = {}
   errors = dict.fromkeys(ERROR_KINDS, 0)
   for sample in range(num_samples):
-    for start in range(0, n, batch_size):
-      chunk = tasks[start:start + batch_size]
-      prompts, lens = batching.encode_prompts(tokenizer, chunk, max_prompt_len)
-      pad = batch_size - len(chunk)  # fixed shapes: one compilation
-      prompts = np.pad(prompts, ((0, pad), (0, 0)), constant_values=tokenizer.pad_id)
-      lens = np.pad(lens, (0, pad), constant_values=1)
-      if shard is not None:
-        prompts, lens = shard((prompts, lens))
-      key = jax.random.fold_in(jax.random.fold_in(rng, sample), start)
-      rollout = process_data.fetch(generate(params, prompts, lens, key, model_config=model_config,
-                                        config=sampling, eos_id=tokenizer.eos_id,
-                                        pad_id=tokenizer.pad_id))
-      texts = batching.decode_responses(tokenizer, rollout.tokens_BxT[:len(chunk)],
-                                        rollout.mask_BxT[:len(chunk)])
-      scored = reward_pool.score(chunk, texts)
+    for start, chunk, _, rollout, scored in scored_batches(
+        model_config, params, tokenizer, tasks, sampling=sampling, max_prompt_len=max_prompt_len,
+        batch_size=batch_size, rng=jax.random.fold_in(rng, sample), shard=shard,
+        reward_pool=reward_pool):
       ok = scored.correct_N
       strict = ok & np.array([v.format_ok for v in scored.verdicts], bool)
       for kind, count in scored.error_counts.items():

@@ -22,6 +22,7 @@ from rl_post.config_sections import check, from_section
 from rl_post.data import batching, tokenizer_fingerprint
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.errors import ConfigError
+from rl_post.sft import dataset as sft_dataset
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
@@ -54,6 +55,9 @@ class SFTConfig:
       each compiled once), instead of batch_size rows.
     pack_row_multiple: with packing, rows per batch are a multiple of this
       (and of the mesh's batch axes).
+    dataset: a JSONL file of {"prompt", "response"} examples to train on
+      instead of the domains' demonstrations ("": demonstrations), e.g. a
+      rejection-sampling fine-tuning set (`rl_post/sft/dataset.py`).
   """
   num_steps: int = 500
   batch_size: int = 64
@@ -61,6 +65,7 @@ class SFTConfig:
   checkpoint_every: int = 100
   packing: bool = False
   pack_row_multiple: int = 4
+  dataset: str = ""
 
   def __post_init__(self):
     check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
@@ -99,16 +104,22 @@ def make_sft_loss(model_config, context_mesh=None):
   return loss_fn
 
 
-def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConfig):
+def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConfig,
+                        examples=None, seed: int = 0):
   """tokens/mask [rows, max_len] for SFT step `step` (with packing, positions and
-  segments too), plus #dropped."""
-  tasks = mixture.sample(step, sft.batch_size, stream="sft")
-  responses = [mixture.domain_of(t).demonstration(t) for t in tasks]
+  segments too), plus #dropped. With `examples` ((prompt, response) pairs of
+  `sft.dataset`), the step's batch comes from them instead of the mixture."""
+  if examples is not None:
+    prompts, responses = sft_dataset.example_batch(examples, step, sft.batch_size, seed)
+  else:
+    tasks = mixture.sample(step, sft.batch_size, stream="sft")
+    prompts = [t.prompt for t in tasks]
+    responses = [mixture.domain_of(t).demonstration(t) for t in tasks]
   if sft.packing:
-    return batching.pack_demonstrations(tokenizer, [t.prompt for t in tasks], responses,
-                                        sft.max_len, sft.pack_row_multiple)
-  tokens, mask, dropped = batching.encode_demonstrations(
-      tokenizer, [t.prompt for t in tasks], responses, sft.max_len)
+    return batching.pack_demonstrations(tokenizer, prompts, responses, sft.max_len,
+                                        sft.pack_row_multiple)
+  tokens, mask, dropped = batching.encode_demonstrations(tokenizer, prompts, responses,
+                                                         sft.max_len)
   missing = sft.batch_size - tokens.shape[0]  # dropped rows become all-masked padding
   tokens = np.pad(tokens, ((0, missing), (0, 0)), constant_values=tokenizer.pad_id)
   mask = np.pad(mask, ((0, missing), (0, 0)))
@@ -152,6 +163,7 @@ def train(config, workdir: str) -> dict:
     raise ConfigError(field, sft.row_multiple, f"rows per batch must be a multiple of the mesh "
                       f"batch axes ({ctx.batch_divisor()})")
   mixture = TaskMixture(tasks, int(config.seed))
+  examples = sft_dataset.load_examples(sft.dataset) if sft.dataset else None
   optimizer = make_optimizer(opt)
   shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
   batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in sft.batch_keys}
@@ -204,7 +216,8 @@ def train(config, workdir: str) -> dict:
   try:
     while it < sft.num_steps:
       with timer("step"):
-        batch, dropped = demonstration_batch(mixture, ctx.tokenizer, it, sft)
+        batch, dropped = demonstration_batch(mixture, ctx.tokenizer, it, sft, examples,
+                                             int(config.seed))
         _check_dropped(dropped, it + 1, sft)
         state, metrics = step_fn(state, process_data.put_batch(batch, batch_sharding))
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
