@@ -9,35 +9,26 @@ writes its own workdir under the root, so any stage can be rerun or
 inspected on its own, and a rerun resumes.
 """
 
-import functools
-import json
 import os
 import shutil
-import time
 
-import jax
 import ml_collections
 from absl import logging
 
-from rl_post.checkpoint.params import load_params, save_params
+from rl_post import pipeline_pretrained, pipeline_stages
+from rl_post.checkpoint.params import save_params
 from rl_post.config_sections import from_section
 from rl_post.data import build_tokenizer
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.errors import ConfigError
 from rl_post.eval import demo_tables
-from rl_post.eval.completion import evaluate
 from rl_post.eval.report import write_report
 from rl_post.metrics.writers import read_metrics
-from rl_post.parallel import mesh as mesh_lib
-from rl_post.parallel import sharding
 from rl_post.rl import trainer as rl_trainer
 from rl_post.rl import config as rl_config_lib
 from rl_post.rl.components import rl_sections
-from rl_post.rl.config import RLConfig
-from rl_post.sampling.sampler import SamplingConfig
 from rl_post.sft import trainer as sft_trainer
-from rl_post.training import state as state_lib
-from rl_post.training.run import (SHAPE_FIELDS, check_seed, config_changes, model_config_from,
+from rl_post.training.run import (SHAPE_FIELDS, check_seed, config_changes, pretrained_path,
                                   stored_config, write_config)
 
 
@@ -45,30 +36,6 @@ def _stage_config(config, optimizer_key: str) -> ml_collections.ConfigDict:
   stage = ml_collections.ConfigDict(config.to_dict())
   stage.optimizer = config[optimizer_key]
   return stage
-
-
-def _heldout_eval(config, export_dir, tokenizer, mixture, rl: RLConfig, tag: str) -> dict:
-  """Greedy and sampled completion on the held-out set for exported params.
-
-  The same rng for every arm: arm differences are the params' alone.
-  """
-  model_config = model_config_from(config, tokenizer)
-  mesh = mesh_lib.make_mesh(dict(config.mesh))
-  rules = tuple(tuple(r) for r in config.sharding_rules)
-  params = load_params(export_dir, state_lib.abstract_sharded_params(model_config, mesh, rules))
-  results = {}
-  for mode, sampling in (("greedy", SamplingConfig(rl.max_new_tokens, greedy=True)),
-                         ("sampled", SamplingConfig(rl.max_new_tokens, rl.temperature))):
-    results[mode] = evaluate(model_config, params, tokenizer, mixture.heldout, sampling=sampling,
-                             max_prompt_len=rl.max_prompt_len,
-                             batch_size=int(config.get("eval", {}).get("batch_size", 0)
-                                            or rl.rollouts_per_step),
-                             rng=jax.random.key(int(config.seed) + 1),
-                             shard=functools.partial(sharding.shard_batch, mesh=mesh, rules=rules),
-                             domain_options=config.tasks.domain_options.to_dict())
-    logging.info("%s held-out %s completion rate: %.3f", tag, mode,
-                 results[mode]["completion_rate"])
-  return results
 
 
 def _control_sft(config, sft_dir: str, control_dir: str) -> str:
@@ -91,26 +58,11 @@ def _control_sft(config, sft_dir: str, control_dir: str) -> str:
   return os.path.join(control_dir, sft_trainer.EXPORT_DIR)
 
 
-def _timed(fn, *args):
-  start = time.monotonic()
-  out = fn(*args)
-  return out, time.monotonic() - start
-
-
-def _write_demo_tables(paths: dict, tables: dict, wall_s: dict) -> None:
-  """Adds the demo tables to summary.json ("demo") and summary.md."""
-  with open(paths["summary_json"]) as f:
-    summary = json.load(f)
-  summary["demo"] = dict(tables, wall_s=wall_s)
-  with open(paths["summary_json"], "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=2)
-  with open(paths["summary_md"], "a", encoding="utf-8") as f:
-    f.write("\n" + demo_tables.render_markdown(tables, wall_s))
-
-
 def check_stages(config: ml_collections.ConfigDict):
   """Parses every stage's sections (SFT, RL, control, evaluation) before any stage runs,
   so a bad value fails in seconds, not after the tokenizer, SFT and RL have run."""
+  if pretrained_path(config):
+    return pipeline_pretrained.check_stages(config)
   check_seed(config)
   sft_trainer.sft_sections(_stage_config(config, "sft_optimizer"))
   rl_sections(_stage_config(config, "optimizer"))
@@ -143,8 +95,12 @@ def check_rerun(workdir: str, config: ml_collections.ConfigDict):
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs every stage under `workdir`; returns the before/after evals.
 
-  `{workdir}` in tokenizer.path is replaced by `workdir`.
+  A config with `pretrained.path` runs `rl_post.pipeline_pretrained` instead
+  (pretrained start, RFT control). `{workdir}` in tokenizer.path is replaced
+  by `workdir`.
   """
+  if pretrained_path(config):
+    return pipeline_pretrained.run(config, workdir)
   config = ml_collections.ConfigDict(config.to_dict())
   config.tokenizer.path = config.tokenizer.path.format(workdir=os.path.abspath(workdir))
   check_stages(config)
@@ -159,15 +115,15 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   rl_config.rl.init_from = export_dir
   rl = rl_config_lib.load(rl_config.rl)
   mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), int(config.seed))
-  before = _heldout_eval(config, export_dir, tokenizer, mixture, rl, "before RL")
-  result, rl_s = _timed(rl_trainer.train, rl_config, rl_dir)
+  before = pipeline_stages.heldout_eval(config, export_dir, tokenizer, mixture, rl, "before RL")
+  result, rl_s = pipeline_stages.timed(rl_trainer.train, rl_config, rl_dir)
   rl_export = os.path.join(rl_dir, "export")
   save_params(rl_export, result["context"].model_config, result["state"].params,
               tokenizer=result["context"].tokenizer)
-  after = _heldout_eval(config, rl_export, tokenizer, mixture, rl, "after RL")
-  control_export, control_s = _timed(_control_sft, config, sft_dir,
+  after = pipeline_stages.heldout_eval(config, rl_export, tokenizer, mixture, rl, "after RL")
+  control_export, control_s = pipeline_stages.timed(_control_sft, config, sft_dir,
                                      os.path.join(workdir, "control"))
-  control = _heldout_eval(config, control_export, tokenizer, mixture, rl, "SFT control")
+  control = pipeline_stages.heldout_eval(config, control_export, tokenizer, mixture, rl, "SFT control")
 
   evals = {"before": before["greedy"], "after": after["greedy"], "control": control["greedy"],
            "before_sampled": before["sampled"], "after_sampled": after["sampled"],
@@ -179,7 +135,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                        evals=per_problem, title=f"rl_post demo: SFT -> GRPO on {domains}")
   tables = demo_tables.demo_tables(per_problem, mixture.demo_levels)
   wall_s = {"rl": rl_s, "control": control_s}
-  _write_demo_tables(paths, tables, wall_s)
+  pipeline_stages.write_demo_tables(paths, tables, wall_s)
   logging.info("greedy completion averaged over domains: SFT %.3f, RL %.3f, control %.3f",
                *(tables["macro"][arm]["rate"] for arm in demo_tables.ARMS))
   return {"evals": evals, "report": paths, "tables": tables, "wall_s": wall_s}

@@ -25,6 +25,7 @@ from rl_post.eval import stats
 
 ARMS = ("before", "after", "control")
 _LABELS = {"before": "SFT (RL start)", "after": "after RL", "control": "SFT control"}
+_NAMES = {"before": "SFT start", "after": "after RL", "control": "SFT control"}
 
 
 def _arrays(evals: Mapping[str, Mapping[str, Any]]):
@@ -117,23 +118,31 @@ def _pp(c: Mapping[str, float] | None) -> str:
           f"p = {c['p_value']:.3g}")
 
 
-def render_markdown(tables: Mapping[str, Any], wall_s: Mapping[str, float]) -> str:
-  """The tables as Markdown (appended to the demo's summary.md)."""
+def render_markdown(tables: Mapping[str, Any], wall_s: Mapping[str, float],
+                    names: Mapping[str, str] | None = None) -> str:
+  """The tables as Markdown (appended to the demo's summary.md); `names` names the
+  arms (default: the from-scratch demo's SFT start and SFT control)."""
+  labels = dict(_LABELS) if names is None else dict(_NAMES, **names)
+  names = dict(_NAMES, **(names or {}))
+  start, control = names["before"], names["control"]
   macro = tables["macro"]
-  lines = ["## SFT start vs RL vs SFT control (greedy)", "",
-           "Wall-clock of the arms after the SFT start: RL "
-           f"{wall_s.get('rl', float('nan')):.0f} s, SFT control "
+  lines = [f"## {start} vs RL vs {control} (greedy)", "",
+           f"Wall-clock of the arms after the {start}: RL "
+           f"{wall_s.get('rl', float('nan')):.0f} s, {control} "
            f"{wall_s.get('control', float('nan')):.0f} s.", "",
            "Averaged over domains (each domain weighs the same; normal 95% interval):", "",
            "| arm | completion % | 95% interval |", "|---|---|---|"]
   for arm in ARMS:
     m = macro[arm]
-    lines.append(f"| {_LABELS[arm]} | {_pct(m['rate'])} | "
+    lines.append(f"| {labels[arm]} | {_pct(m['rate'])} | "
                  f"[{_pct(m['ci_low'])}, {_pct(m['ci_high'])}] |")
-  lines += ["", f"RL - SFT start, averaged over domains: {100 * tables['macro_diff']:+.1f} pp.",
+  if "macro_strict" in tables:  # answer formats followed strictly, apart from the answers
+    lines += ["", "Format-strict, averaged over domains: " + ", ".join(
+        f"{labels[arm]} {_pct(tables['macro_strict'][arm]['rate'])}" for arm in ARMS) + "."]
+  lines += ["", f"RL - {start}, averaged over domains: {100 * tables['macro_diff']:+.1f} pp.",
             "", "Per domain and level (completion %; demos: the level had SFT "
             "demonstrations):", "",
-            "| domain | level | demos | n | SFT start | after RL | SFT control |",
+            f"| domain | level | demos | n | {start} | after RL | {control} |",
             "|---|---|---|---|---|---|---|"]
   for c in tables["cells"]:
     lines.append(f"| {c['domain']} | {c['level']} | {'yes' if c['demonstrations'] else 'no'} | "
@@ -143,7 +152,7 @@ def render_markdown(tables: Mapping[str, Any], wall_s: Mapping[str, float]) -> s
     t = tables[name]
     if not t["n"]:
       continue
-    lines += ["", f"**{label}** (n={t['n']}): SFT start {_pct(t['before'])}%, after RL "
-              f"{_pct(t['after'])}%, SFT control {_pct(t['control'])}%; RL - control "
+    lines += ["", f"**{label}** (n={t['n']}): {start} {_pct(t['before'])}%, after RL "
+              f"{_pct(t['after'])}%, {control} {_pct(t['control'])}%; RL - control "
               f"{_pp(t['after_vs_control'])}; RL - start {_pp(t['after_vs_before'])}."]
   return "\n".join(lines) + "\n"

@@ -1,0 +1,62 @@
+"""Stages both demo pipelines share: held-out evaluation of an arm, timing, the tables.
+
+`rl_post.pipeline` (tokenizer -> SFT -> RL, SFT control) and
+`rl_post.pipeline_pretrained` (pretrained -> RL, RFT control) evaluate
+their arms the same way and write the same summary tables.
+"""
+
+import functools
+import json
+import time
+
+import jax
+from absl import logging
+
+from rl_post.eval import checkpoint_eval, demo_tables
+from rl_post.eval.completion import evaluate
+from rl_post.parallel import mesh as mesh_lib
+from rl_post.parallel import sharding
+from rl_post.rl.config import RLConfig
+from rl_post.sampling.sampler import SamplingConfig
+
+
+def heldout_eval(config, checkpoint: str, tokenizer, mixture, rl: RLConfig, tag: str) -> dict:
+  """Greedy and sampled (rl.temperature) held-out completion of a checkpoint
+  (an export, a training workdir, a .gguf file or a HF folder).
+
+  The same rng for every arm: arm differences are the params' alone.
+  """
+  mesh = mesh_lib.make_mesh(dict(config.mesh))
+  rules = tuple(tuple(r) for r in config.sharding_rules)
+  loaded = checkpoint_eval.load_checkpoint(checkpoint, config, tokenizer, mesh, rules)
+  results = {}
+  for mode, sampling in (("greedy", SamplingConfig(rl.max_new_tokens, greedy=True)),
+                         ("sampled", SamplingConfig(rl.max_new_tokens, rl.temperature))):
+    results[mode] = evaluate(loaded.model_config, loaded.params, tokenizer, mixture.heldout,
+                             sampling=sampling, max_prompt_len=rl.max_prompt_len,
+                             batch_size=int(config.get("eval", {}).get("batch_size", 0)
+                                            or rl.rollouts_per_step),
+                             rng=jax.random.key(int(config.seed) + 1),
+                             shard=functools.partial(sharding.shard_batch, mesh=mesh, rules=rules),
+                             domain_options=config.tasks.domain_options.to_dict())
+    logging.info("%s held-out %s completion: %.3f answer-only, %.3f strict", tag, mode,
+                 results[mode]["completion_rate"], results[mode]["strict_completion_rate"])
+  return results
+
+
+def timed(fn, *args):
+  """(fn(*args), its wall-clock seconds)."""
+  start = time.monotonic()
+  out = fn(*args)
+  return out, time.monotonic() - start
+
+
+def write_demo_tables(paths: dict, tables: dict, wall_s: dict, names=None) -> None:
+  """Adds the demo tables to summary.json ("demo") and summary.md (`names`: the arms')."""
+  with open(paths["summary_json"]) as f:
+    summary = json.load(f)
+  summary["demo"] = dict(tables, wall_s=wall_s)
+  with open(paths["summary_json"], "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=2)
+  with open(paths["summary_md"], "a", encoding="utf-8") as f:
+    f.write("\n" + demo_tables.render_markdown(tables, wall_s, names))
