@@ -13,18 +13,12 @@ import os
 import shutil
 
 import ml_collections
-from absl import logging
 
 from rl_post import pipeline_pretrained, pipeline_stages
-from rl_post.checkpoint.params import save_params
 from rl_post.config_sections import from_section
 from rl_post.data import build_tokenizer
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.errors import ConfigError
-from rl_post.eval import demo_tables
-from rl_post.eval.report import write_report
-from rl_post.metrics.writers import read_metrics
-from rl_post.rl import trainer as rl_trainer
 from rl_post.rl import config as rl_config_lib
 from rl_post.rl.components import rl_sections
 from rl_post.sft import trainer as sft_trainer
@@ -116,26 +110,13 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   rl = rl_config_lib.load(rl_config.rl)
   mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), int(config.seed))
   before = pipeline_stages.heldout_eval(config, export_dir, tokenizer, mixture, rl, "before RL")
-  result, rl_s = pipeline_stages.timed(rl_trainer.train, rl_config, rl_dir)
-  rl_export = os.path.join(rl_dir, "export")
-  save_params(rl_export, result["context"].model_config, result["state"].params,
-              tokenizer=result["context"].tokenizer)
-  after = pipeline_stages.heldout_eval(config, rl_export, tokenizer, mixture, rl, "after RL")
+  after, rl_s = pipeline_stages.rl_arm(rl_config, config, tokenizer, mixture, rl, rl_dir)
   control_export, control_s = pipeline_stages.timed(_control_sft, config, sft_dir,
-                                     os.path.join(workdir, "control"))
-  control = pipeline_stages.heldout_eval(config, control_export, tokenizer, mixture, rl, "SFT control")
-
-  evals = {"before": before["greedy"], "after": after["greedy"], "control": control["greedy"],
-           "before_sampled": before["sampled"], "after_sampled": after["sampled"],
-           "control_sampled": control["sampled"]}
-  per_problem = {name: {k: ev[k] for k in ("correct", "domain", "difficulty")}
-                 for name, ev in evals.items()}
+                                                    os.path.join(workdir, "control"))
+  control = pipeline_stages.heldout_eval(config, control_export, tokenizer, mixture, rl,
+                                         "SFT control")
   domains = ", ".join(config.tasks.domains)
-  paths = write_report(os.path.join(workdir, "report"), metrics=read_metrics(rl_dir),
-                       evals=per_problem, title=f"rl_post demo: SFT -> GRPO on {domains}")
-  tables = demo_tables.demo_tables(per_problem, mixture.demo_levels)
-  wall_s = {"rl": rl_s, "control": control_s}
-  pipeline_stages.write_demo_tables(paths, tables, wall_s)
-  logging.info("greedy completion averaged over domains: SFT %.3f, RL %.3f, control %.3f",
-               *(tables["macro"][arm]["rate"] for arm in demo_tables.ARMS))
-  return {"evals": evals, "report": paths, "tables": tables, "wall_s": wall_s}
+  return pipeline_stages.report(workdir, rl_dir, {"before": before, "after": after,
+                                                  "control": control}, mixture,
+                                {"rl": rl_s, "control": control_s},
+                                f"rl_post demo: SFT -> GRPO on {domains}")

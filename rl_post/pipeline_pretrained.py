@@ -14,21 +14,15 @@ import json
 import os
 
 import ml_collections
-import numpy as np
 from absl import logging
 
 from rl_post import pipeline_stages
-from rl_post.checkpoint.params import save_params
 from rl_post.config_sections import from_section
 from rl_post.data import batching
 from rl_post.data.hf_tokenizer import load_tokenizer
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.errors import ConfigError
-from rl_post.eval import demo_tables
-from rl_post.eval.report import write_report
-from rl_post.metrics.writers import read_metrics
 from rl_post.rl import config as rl_config_lib
-from rl_post.rl import trainer as rl_trainer
 from rl_post.rl.components import rl_sections
 from rl_post.sft import rejection
 from rl_post.sft import trainer as sft_trainer
@@ -88,33 +82,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), int(config.seed))
   before = pipeline_stages.heldout_eval(config, start, tokenizer, mixture, rl, "pretrained")
   rl_dir = os.path.join(workdir, "rl")
-  result, rl_s = pipeline_stages.timed(rl_trainer.train, config, rl_dir)
-  rl_export = os.path.join(rl_dir, "export")
-  save_params(rl_export, result["context"].model_config, result["state"].params,
-              tokenizer=result["context"].tokenizer)
-  after = pipeline_stages.heldout_eval(config, rl_export, tokenizer, mixture, rl, "after RL")
+  after, rl_s = pipeline_stages.rl_arm(config, config, tokenizer, mixture, rl, rl_dir)
   control_export, control_s = pipeline_stages.timed(_rft_control, config, start,
                                                     os.path.join(workdir, "control"))
   control = pipeline_stages.heldout_eval(config, control_export, tokenizer, mixture, rl,
                                          "RFT control")
-
-  evals = {"before": before["greedy"], "after": after["greedy"], "control": control["greedy"],
-           "before_sampled": before["sampled"], "after_sampled": after["sampled"],
-           "control_sampled": control["sampled"]}
-  per_problem = {name: {k: ev[k] for k in ("correct", "domain", "difficulty")}
-                 for name, ev in evals.items()}
   domains = ", ".join(config.tasks.domains)
-  paths = write_report(os.path.join(workdir, "report"), metrics=read_metrics(rl_dir),
-                       evals=per_problem,
-                       title=f"rl_post demo: {os.path.basename(start)} -> "
-                             f"{rl.algorithm.upper()} on {domains}")
-  tables = demo_tables.demo_tables(per_problem, mixture.demo_levels)
-  domain_N = np.asarray(before["greedy"]["domain"])
-  tables["macro_strict"] = {arm: demo_tables.macro_rate(np.asarray(evals[arm]["strict_correct"]),
-                                                        domain_N)
-                            for arm in demo_tables.ARMS}
-  wall_s = {"rl": rl_s, "control": control_s}
-  pipeline_stages.write_demo_tables(paths, tables, wall_s, ARM_NAMES)
-  logging.info("greedy completion averaged over domains: pretrained %.3f, RL %.3f, RFT %.3f",
-               *(tables["macro"][arm]["rate"] for arm in demo_tables.ARMS))
-  return {"evals": evals, "report": paths, "tables": tables, "wall_s": wall_s}
+  return pipeline_stages.report(
+      workdir, rl_dir, {"before": before, "after": after, "control": control}, mixture,
+      {"rl": rl_s, "control": control_s},
+      f"rl_post demo: {os.path.basename(start)} -> {rl.algorithm.upper()} on {domains}",
+      ARM_NAMES)

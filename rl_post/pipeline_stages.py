@@ -7,15 +7,21 @@ their arms the same way and write the same summary tables.
 
 import functools
 import json
+import os
 import time
 
 import jax
+import numpy as np
 from absl import logging
 
+from rl_post.checkpoint.params import save_params
 from rl_post.eval import checkpoint_eval, demo_tables
 from rl_post.eval.completion import evaluate
+from rl_post.eval.report import write_report
+from rl_post.metrics.writers import read_metrics
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
+from rl_post.rl import trainer as rl_trainer
 from rl_post.rl.config import RLConfig
 from rl_post.sampling.sampler import SamplingConfig
 
@@ -60,3 +66,35 @@ def write_demo_tables(paths: dict, tables: dict, wall_s: dict, names=None) -> No
     json.dump(summary, f, indent=2)
   with open(paths["summary_md"], "a", encoding="utf-8") as f:
     f.write("\n" + demo_tables.render_markdown(tables, wall_s, names))
+
+
+def rl_arm(rl_config, config, tokenizer, mixture, rl: RLConfig, rl_dir: str) -> tuple[dict, float]:
+  """Trains RL with `rl_config` in rl_dir, exports its params to rl_dir/export and
+  evaluates them; (the held-out evals, the training's wall-clock seconds)."""
+  result, rl_s = timed(rl_trainer.train, rl_config, rl_dir)
+  export = os.path.join(rl_dir, "export")
+  save_params(export, result["context"].model_config, result["state"].params,
+              tokenizer=result["context"].tokenizer)
+  return heldout_eval(config, export, tokenizer, mixture, rl, "after RL"), rl_s
+
+
+def report(workdir: str, rl_dir: str, arms: dict, mixture, wall_s: dict, title: str,
+           names=None) -> dict:
+  """The report of the three arms' held-out evals ({"before", "after", "control"} ->
+  {"greedy", "sampled"}): workdir/report with the demo tables (answer-only completion,
+  and format-strict averaged over domains); returns evals, report paths, tables, times."""
+  evals = {arm: arms[arm]["greedy"] for arm in demo_tables.ARMS}
+  evals.update({f"{arm}_sampled": arms[arm]["sampled"] for arm in demo_tables.ARMS})
+  per_problem = {name: {k: ev[k] for k in ("correct", "domain", "difficulty")}
+                 for name, ev in evals.items()}
+  paths = write_report(os.path.join(workdir, "report"), metrics=read_metrics(rl_dir),
+                       evals=per_problem, title=title)
+  tables = demo_tables.demo_tables(per_problem, mixture.demo_levels)
+  domain_N = np.asarray(evals["before"]["domain"])
+  tables["macro_strict"] = {arm: demo_tables.macro_rate(np.asarray(evals[arm]["strict_correct"]),
+                                                        domain_N)
+                            for arm in demo_tables.ARMS}
+  write_demo_tables(paths, tables, wall_s, names)
+  logging.info("greedy completion averaged over domains: %s", ", ".join(
+      f"{arm} {tables['macro'][arm]['rate']:.3f}" for arm in demo_tables.ARMS))
+  return {"evals": evals, "report": paths, "tables": tables, "wall_s": wall_s}

@@ -4,22 +4,13 @@ Regression: the `chat_template` parameter of `HFTokenizer` shadowed the
 `chat_template` module, so every tokenizer without a template crashed.
 """
 
-import json
 
 from rl_post.data import chat_template, hf_tokenizer
+from tiny_pretrained import write_bpe_tokenizer
 
 
 def _write_tokenizer(directory, config: dict):
-  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-  tok = Tokenizer(models.BPE())
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-  tok.decoder = decoders.ByteLevel()
-  trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>",
-                                                                "<|im_end|>"],
-                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-  tok.train_from_iterator(["What is 2 + 3? The answer is 5."] * 10, trainer)
-  tok.save(str(directory / "tokenizer.json"))
-  (directory / "tokenizer_config.json").write_text(json.dumps(config))
+  write_bpe_tokenizer(str(directory), ["What is 2 + 3? The answer is 5."] * 10, 300, config)
 
 
 def test_tokenizer_json_without_chat_template(tmp_path):

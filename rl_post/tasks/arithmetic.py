@@ -158,7 +158,8 @@ class Arithmetic(Domain):
       a, b = b, a
     result = a + b if op == "+" else a - b
     return Task(task_id=f"arithmetic/{difficulty}/{a}{op}{b}", domain=self.name,
-                prompt=self.ask(f"What is {a}{op}{b}?", "the answer", ""), difficulty=difficulty, target=result,
+                prompt=self.ask(f"What is {a}{op}{b}?", "the answer", ""), difficulty=difficulty,
+                target=result,
                 metadata={"a": a, "b": b, "op": op})
 
   def _short_first(self, rng: np.random.Generator, difficulty: int) -> Task:

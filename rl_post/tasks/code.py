@@ -71,7 +71,8 @@ class Code(SandboxedDomain):
 
   def demonstration(self, task: Task) -> str:
     family = self._families[task.metadata["entry_point"]]
-    return self.code_response(f"Implement {family.signature} directly.", family.source(), "python")
+    return self.code_response(f"Implement {family.signature} directly.", family.source(),
+                              "python")
 
   def prepare(self, task: Task, completion: str) -> Prepared | Verdict:
     code = self.program(completion)

@@ -110,7 +110,8 @@ class Math(Domain):
     self.check_difficulty(difficulty)
     question, answer, steps = _GENERATORS[difficulty](rng)
     return Task(task_id=f"math/{difficulty}/{question}", domain=self.name,
-                prompt=self.ask(question, "the final answer, in LaTeX,", _FORMAT), difficulty=difficulty, target=answer,
+                prompt=self.ask(question, "the final answer, in LaTeX,", _FORMAT),
+                difficulty=difficulty, target=answer,
                 metadata={"steps": steps})
 
   def demonstration(self, task: Task) -> str:

@@ -81,7 +81,8 @@ class Shell(SandboxedDomain):
                 metadata={"files": tree, "family": family, "params": params, "script": demo})
 
   def demonstration(self, task: Task) -> str:
-    return self.code_response("Use find, grep and sed on the tree.", task.metadata["script"], "bash")
+    return self.code_response("Use find, grep and sed on the tree.", task.metadata["script"],
+                              "bash")
 
   def prepare(self, task: Task, completion: str) -> Prepared | Verdict:
     script = self.program(completion)

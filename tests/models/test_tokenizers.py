@@ -1,17 +1,12 @@
 """One tokenizer interface: SentencePiece, tokenizer.json and GGUF, with chat templates."""
 
-import json
-
 import pytest
 
 from rl_post.data import batching, hf_tokenizer
 from rl_post.data.chat_template import TemplateError
+from tiny_pretrained import TEMPLATE, write_bpe_tokenizer
 
 
-TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-            "{{ '<|im_start|>system\nBe brief.<|im_end|>\n' }}{% endif %}"
-            "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
-            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 MESSAGES = [{"role": "user", "content": "What is 2 + 3?"},
             {"role": "assistant", "content": "5"}, {"role": "user", "content": "And 4 + 4?"}]
 
@@ -19,20 +14,11 @@ MESSAGES = [{"role": "user", "content": "What is 2 + 3?"},
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
   """A small byte-level BPE tokenizer.json + tokenizer_config.json, trained here."""
-  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-  tok = Tokenizer(models.BPE())
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-  tok.decoder = decoders.ByteLevel()
-  trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>",
-                                                                "<|im_end|>"],
-                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-  tok.train_from_iterator(["What is 2 + 3? The answer is 5.", "Be brief and say it."] * 20,
-                          trainer)
   directory = tmp_path_factory.mktemp("hf_tok")
-  tok.save(str(directory / "tokenizer.json"))
-  (directory / "tokenizer_config.json").write_text(json.dumps({
+  write_bpe_tokenizer(str(directory), ["What is 2 + 3? The answer is 5.",
+                                       "Be brief and say it."] * 20, 400, {
       "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": TEMPLATE,
-      "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None}))
+      "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None})
   return directory
 
 
