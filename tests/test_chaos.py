@@ -24,7 +24,7 @@ from rl_post.rl import trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_STEPS = 6
-VOLATILE = ("faults/", "guard/", "time/", "throughput/")  # differ by design
+VOLATILE = ("faults/", "guard/", "time/", "throughput/", "compile/")  # differ by design
 
 _CONFIG_FILE = '''
 from configs import grpo_arithmetic

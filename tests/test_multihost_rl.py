@@ -22,7 +22,7 @@ ROOT = os.path.dirname(HERE)
 TOL = 1e-5
 STEPS = 4
 # differ between runs by nature (wall time) or by design (the resumed run counts its restart)
-VOLATILE = ("time/", "perf/", "throughput/", "progress/", "faults/")
+VOLATILE = ("time/", "perf/", "throughput/", "progress/", "faults/", "compile/")
 
 
 def _train(workdir, tok, processes, port=0, process_id=0):

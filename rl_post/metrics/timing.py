@@ -25,12 +25,23 @@ class StepTimer:
   Timing the same name twice in one step adds the durations. Different names
   may nest (e.g. "step" around "rollout"). Time what the host waits for:
   JAX dispatch is async, so block on results inside the timed block.
+
+  With a `compile_clock` (`rl_post.metrics.compiles.CompileClock`), the
+  seconds spent building programs inside each block are reported apart:
+  `time/<name>_compile_s` for a block that built any, and over the
+  outermost blocks `time/compile_s` and `compile/programs` (the block's
+  own `time/<name>_s` still includes them).
   """
 
-  def __init__(self, clock: Callable[[], float] = time.perf_counter):
-    """Args: clock: monotonic seconds; injectable for tests."""
+  def __init__(self, clock: Callable[[], float] = time.perf_counter, compile_clock=None):
+    """Args: clock: monotonic seconds; injectable for tests. compile_clock: an
+    object with `peek() -> (programs, seconds)`, or None."""
     self._clock = clock
+    self._compile_clock = compile_clock
     self._totals_s: dict[str, float] = {}
+    self._compile_s: dict[str, float] = {}
+    self._programs = 0
+    self._outer_compile_s = 0.0
     self._running: set[str] = set()
 
   @contextlib.contextmanager
@@ -41,7 +52,9 @@ class StepTimer:
           f"got {name!r}")
     if name in self._running:
       raise ValueError(f"timer {name!r} is already running (nested reuse)")
+    outermost = not self._running
     self._running.add(name)
+    built = self._compile_clock.peek() if self._compile_clock is not None else None
     start = self._clock()
     try:
       yield
@@ -49,14 +62,29 @@ class StepTimer:
       self._running.discard(name)
       self._totals_s[name] = self._totals_s.get(name, 0.0) + (
           self._clock() - start)
+      if built is not None:
+        programs, seconds = (b - a for a, b in zip(built, self._compile_clock.peek()))
+        if programs or seconds:
+          self._compile_s[name] = self._compile_s.get(name, 0.0) + seconds
+        if outermost:
+          self._programs += programs
+          self._outer_compile_s += seconds
 
   def metrics(self) -> dict[str, float]:
-    """Returns {"time/<name>_s": seconds} for timers finished since reset."""
-    return {f"time/{name}_s": t for name, t in self._totals_s.items()}
+    """Returns {"time/<name>_s": seconds} for timers finished since reset
+    (and the compile metrics of the class docstring, with a compile clock)."""
+    out = {f"time/{name}_s": t for name, t in self._totals_s.items()}
+    if self._compile_clock is not None:
+      out.update({f"time/{name}_compile_s": t for name, t in self._compile_s.items()})
+      out["time/compile_s"] = self._outer_compile_s
+      out["compile/programs"] = float(self._programs)
+    return out
 
   def reset(self) -> None:
     """Clears finished totals; call once per step after `metrics()`."""
     self._totals_s.clear()
+    self._compile_s.clear()
+    self._programs, self._outer_compile_s = 0, 0.0
 
 
 def percentiles(values: Sequence[float] | np.ndarray,

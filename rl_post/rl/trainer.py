@@ -10,7 +10,13 @@ With dynamic filtering (`filtering.enabled`), further rounds of B prompts
 are drawn until B groups with unequal rewards are in hand (rl/filtering.py).
 The update is dispatched, not awaited: its metrics (and the non-finite
 guard's flag) are read after the next rollout, before the next update
-(`rl.metrics_one_step_late`; docs/algorithms.md).
+(`rl.metrics_one_step_late`; docs/algorithms.md). Its device time is still
+the step's: the loop waits for it before the next rollout starts, and that
+wait counts in `time/train_s` and `time/step_s` (not in the next step's
+`time/rollout_s`, whose generation could not start before it anyway).
+Programs built (traced and compiled) are counted and timed apart
+(`time/compile_s`, `compile/programs`, `time/<phase>_compile_s`), and
+`throughput/rollout_tokens_per_s` leaves the rollout's compile time out.
 Checkpoints hold the TrainState, the iteration count and the mixture's
 curriculum state; task batches and sampling keys are functions of (seed,
 iteration, round) and that state, so a resumed run repeats exactly what an
@@ -32,6 +38,7 @@ from rl_post.data import batching, domain_stats, tokenizer_fingerprint
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics import progress as progress_lib
+from rl_post.metrics.compiles import CompileClock
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import process_data
@@ -48,6 +55,7 @@ from rl_post.rl.train_step import rollout_batch, shared_prefix_len, trim_batch, 
 from rl_post.sampling.sampler import generate
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog
+from rl_post.training import host_memory
 from rl_post.training.guard import NonFiniteGuard
 from rl_post.training.preemption import SigtermFlag
 from rl_post.training.run import (RunContext, check_not_past, mismatched_checkpoints,
@@ -207,6 +215,8 @@ def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
 @scoped_run
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) `config.rl.algorithm`; returns the final metrics."""
+  setup_start = time.perf_counter()
+  compile_clock = CompileClock()
   c = RLComponents(config, workdir)
   ctx, rl = c.ctx, c.rl
 
@@ -272,10 +282,12 @@ def train(config, workdir: str) -> dict:
   ctx.write_config(start)  # after the restore: a workdir the config does not fit keeps its own
   writer = MetricWriter(workdir, truncate_after_step=start)
   pool = ProcessSplitPool(RewardPool(c.rewards, c.tasks.domain_options))  # per host
-  timer = StepTimer()
+  timer = StepTimer(compile_clock=compile_clock)
+  # on XLA:CPU the device's buffers are host memory (rl_post.training.host_memory)
+  release_memory = host_memory.runs_on_cpu()
   pipeline = (async_rewards.RolloutPipeline(rl.async_staleness, rl.num_steps, rl.checkpoint_every)
               if rl.async_rewards else None)
-  progress = progress_lib.Progress(rl.num_steps, start)
+  progress = progress_lib.Progress(rl.num_steps, start, clock=time.perf_counter)
   if not rl.peak_flops:
     logging.info("rl.peak_flops is 0: perf/mfu omitted (perf/model_tflop is logged)")
   last_metrics = {}
@@ -310,6 +322,8 @@ def train(config, workdir: str) -> dict:
       batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.mask_BxT))
     prefix_len = shared_prefix_len(rl, batch["tokens"])
     step_fn = c.step_fn_for(prefix_len)
+    if release_memory:  # the update's temp buffer is one allocation: see release_free_memory
+      host_memory.release_free_memory()
     with timer("train"):
       device = []
       for mb in _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it)):
@@ -325,14 +339,27 @@ def train(config, workdir: str) -> dict:
     metrics.update(_update_mixture(c, scored))
     metrics.update(timer.metrics())
     timer.reset()
-    return dict(done=it + 1, device=device, host=metrics, start=step_start,
+    step = dict(done=it + 1, device=device, host=metrics, start=step_start,
                 response_tokens=int(host.response_lens_B.sum()))
+    if not rl.metrics_one_step_late:
+      step["end"] = time.perf_counter()
+    return step
 
-  def finish(step: dict, step_end: float | None) -> str:
+  def await_update(step: dict):
+    """Waits for a dispatched step's update; the wait joins its time/train_s."""
+    if "end" in step:
+      return
+    wait_start = time.perf_counter()
+    jax.block_until_ready(step["device"])  # outputs of the update's program(s)
+    step["end"] = time.perf_counter()
+    step["host"]["time/train_s"] = step["host"].get("time/train_s", 0.0) + (
+        step["end"] - wait_start)
+
+  def finish(step: dict) -> str:
     """Reads a dispatched step's update metrics; then its guard decision,
     metrics, eval, checkpoint and faults. Returns "ok", "rolled_back" (state
     and `it` restored) or "preempted"."""
-    nonlocal state, it, last_metrics
+    nonlocal state, it, last_metrics, setup
     done, device = step["done"], jax.device_get(step["device"])
     metrics = {k: float(np.mean([m[k] for m in device])) for k in device[0]}
     skipped = int(sum(m["guard/skipped"] for m in device))
@@ -348,13 +375,16 @@ def train(config, workdir: str) -> dict:
       it = restored_at
       return "rolled_back"
     metrics.update(step["host"])
-    # one step late: from this step's start to the next one's (whose rollout
-    # waited for this update on the device)
-    elapsed = (time.perf_counter() if step_end is None else step_end) - step["start"]
+    # from this step's start to the end of its update (awaited before the next rollout)
+    elapsed = step["end"] - step["start"]
     metrics["time/step_s"] = elapsed
     if "time/rollout_s" in metrics:  # async: absent in a step that generated nothing
+      generating_s = metrics["time/rollout_s"] - metrics.get("time/rollout_compile_s", 0.0)
       metrics["throughput/rollout_tokens_per_s"] = (
-          step["response_tokens"] / max(metrics["time/rollout_s"], 1e-9))
+          step["response_tokens"] / max(generating_s, 1e-9))
+    if setup is not None:  # the first step this process reports
+      metrics.update(setup)
+      setup = None
     metrics.update(progress_lib.mfu_metrics(
         progress_lib.rl_step_flops(
             c.model_config, num_sequences=rl.rollouts_per_step,
@@ -362,10 +392,14 @@ def train(config, workdir: str) -> dict:
             generated_tokens=rl.rollouts_per_step * rl.max_prompt_len + step["response_tokens"],
             num_epochs=rl.num_epochs, with_reference=rl.needs_reference),
         elapsed, rl.peak_flops))
-    metrics.update(progress.update(done))
+    metrics.update(progress.update(done, now=step["end"]))
     if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
-      with timer("eval"):
-        metrics.update(_evaluate_heldout(c, state.params, done, pool))
+      eval_start, (_, eval_built) = time.perf_counter(), compile_clock.peek()
+      evaluated = _evaluate_heldout(c, state.params, done, pool)
+      if evaluated:  # its time, reported with the step it follows
+        metrics.update(evaluated)
+        metrics["time/eval_s"] = time.perf_counter() - eval_start
+        metrics["time/eval_compile_s"] = compile_clock.peek()[1] - eval_built
     metrics.update(guard.metrics(), **fault_log.metrics())
     writer.write(done, metrics)
     logging.info("rl %s", progress.line(done, metrics))
@@ -386,13 +420,20 @@ def train(config, workdir: str) -> dict:
   # after the update when rl.metrics_one_step_late is False), but always
   # before step t + 1's update: the guard can still roll back by dropping
   # that rollout, and checkpoint t holds exactly the state after update t.
+  setup_programs, setup_compile_s = compile_clock.take()
+  setup = {"time/setup_s": time.perf_counter() - setup_start,
+           "time/setup_compile_s": setup_compile_s}
+  logging.info("rl setup (model, state, reward pool) took %.1fs, %d programs built in %.1fs",
+               setup["time/setup_s"], setup_programs, setup_compile_s)
   dispatched = None
   try:
     while it < rl.num_steps or dispatched is not None:
+      if dispatched is not None:  # the next rollout needs the update's params
+        await_update(dispatched)
       step_start = time.perf_counter()
       rollout = collect(it) if it < rl.num_steps else None
       if dispatched is not None:
-        outcome = finish(dispatched, step_start if rollout is not None else None)
+        outcome = finish(dispatched)
         dispatched = None
         if outcome == "preempted":
           break
@@ -403,7 +444,7 @@ def train(config, workdir: str) -> dict:
       dispatched = dispatch(*rollout, step_start)
       it += 1
       if not rl.metrics_one_step_late:
-        outcome = finish(dispatched, None)
+        outcome = finish(dispatched)
         dispatched = None
         if outcome == "preempted":
           break

@@ -7,7 +7,7 @@ from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
 from tiny_grpo import tiny_digit_config
 
-VOLATILE = ("time/", "throughput/", "perf/", "progress/")
+VOLATILE = ("time/", "throughput/", "perf/", "progress/", "compile/")
 
 
 def _config(tokenizer_path, late: bool):

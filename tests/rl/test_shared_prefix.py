@@ -16,7 +16,7 @@ from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, prefix
 from rl_post.training.state import TrainState
 from tiny_grpo import tiny_digit_config
 
-VOLATILE = ("time/", "throughput/", "perf/", "progress/")
+VOLATILE = ("time/", "throughput/", "perf/", "progress/", "compile/")
 P, G, L, S = 3, 4, 16, 7  # prompts, group, shared prompt, response budget
 
 

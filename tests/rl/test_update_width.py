@@ -9,7 +9,7 @@ from rl_post.rl import trainer
 from rl_post.rl.train_step import trim_batch, used_width
 from tiny_grpo import tiny_digit_config
 
-VOLATILE = ("time/", "throughput/", "perf/", "progress/")
+VOLATILE = ("time/", "throughput/", "perf/", "progress/", "compile/")
 
 
 def _mask(width, *spans):
