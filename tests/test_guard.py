@@ -97,3 +97,29 @@ def test_guard_config_errors_name_the_field(tokenizer_path, tmp_path):
   config = rl_config(tokenizer_path, 1, kill_at_steps=(0,))
   with pytest.raises(ValueError, match="faults.kill_at_steps must be a tuple of ints >= 1"):
     trainer.train(config, str(tmp_path))
+
+
+def test_apply_if_applies_or_keeps_the_state_and_reports_the_update_norm():
+  import jax
+  import jax.numpy as jnp
+  import optax
+
+  from rl_post.training import guard
+  optimizer = optax.adamw(0.1)
+  params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+  opt_state = optimizer.init(params)
+  grads = {"w": jnp.full((3, 2), 0.5), "b": jnp.ones(2)}
+  step = jax.jit(guard.apply_if, static_argnums=1)
+  new_params, new_opt_state, norm = step(jnp.bool_(True), optimizer, grads, opt_state, params)
+  updates, want_opt_state = optimizer.update(grads, opt_state, params)
+  want = optax.apply_updates(params, updates)
+  for got, expected in zip(jax.tree.leaves((new_params, new_opt_state)),
+                           jax.tree.leaves((want, want_opt_state))):
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+  np.testing.assert_allclose(norm, optax.tree.norm(updates), rtol=1e-6)
+  bad = jax.tree.map(lambda g: g * jnp.nan, grads)
+  kept_params, kept_opt_state, norm = step(jnp.bool_(False), optimizer, bad, opt_state, params)
+  for got, expected in zip(jax.tree.leaves((kept_params, kept_opt_state)),
+                           jax.tree.leaves((params, opt_state))):
+    np.testing.assert_array_equal(got, expected)
+  assert np.isnan(norm)

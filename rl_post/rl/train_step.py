@@ -153,34 +153,32 @@ def make_rl_train_step(model_config, rl: RLConfig, optimizer, critic_optimizer=N
                        context_mesh=None, prefix_len: int = 0):
   """Pure `train_step(state, batch) -> (state, metrics)`; updates the critic if there is one.
 
-  Like `rl_post.training.step.make_train_step`, an update whose loss or norms
-  are not finite is skipped and reported as `metrics["guard/skipped"]`.
+  Like `rl_post.training.step.make_train_step`, an update whose loss or
+  gradient norms are not finite is skipped and reported as
+  `metrics["guard/skipped"]` (so is a non-finite update norm).
   """
   loss_fn = make_rl_loss(model_config, rl, context_mesh, prefix_len)
 
   def train_step(state, batch):
     loss, metrics, (grads, critic_grads) = accumulated_grads(
         loss_fn, state.params, state.critic, batch, rl.grad_accum)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    grad_norm, update_norm = optax.tree.norm(grads), optax.tree.norm(updates)
-    metrics = dict(metrics, loss=loss, grad_norm=grad_norm, update_norm=update_norm)
-    new = (optax.apply_updates(state.params, updates), opt_state)
-    old = (state.params, state.opt_state)
-    norms = [loss, grad_norm, update_norm]
+    grad_norm = optax.tree.norm(grads)
+    norms = [loss, grad_norm]
     if state.critic is not None:
-      c_updates, c_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state,
-                                                       state.critic)
-      new += (optax.apply_updates(state.critic, c_updates), c_opt_state)
-      old += (state.critic, state.critic_opt_state)
       metrics["critic_grad_norm"] = optax.tree.norm(critic_grads)
       norms.append(metrics["critic_grad_norm"])
-    # A non-finite update is skipped (state unchanged, step advances): rl_post.training.guard.
+    # A non-finite update is skipped (state unchanged, step advances): rl_post.training.guard;
+    # decided before the update, which then runs in place (guard.apply_if)
     ok = guard.all_finite(*norms)
-    kept = guard.select(ok, new, old)
-    metrics["guard/skipped"] = 1.0 - ok.astype(loss.dtype)
-    state = state.replace(step=state.step + 1, params=kept[0], opt_state=kept[1])
+    params, opt_state, update_norm = guard.apply_if(ok, optimizer, grads, state.opt_state,
+                                                    state.params)
+    metrics = dict(metrics, loss=loss, grad_norm=grad_norm, update_norm=update_norm)
+    state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     if state.critic is not None:
-      state = state.replace(critic=kept[2], critic_opt_state=kept[3])
+      critic, critic_opt_state, _ = guard.apply_if(ok, critic_optimizer, critic_grads,
+                                                   state.critic_opt_state, state.critic)
+      state = state.replace(critic=critic, critic_opt_state=critic_opt_state)
+    metrics["guard/skipped"] = 1.0 - guard.all_finite(ok, update_norm).astype(loss.dtype)
     return state, metrics
 
   return train_step

@@ -14,10 +14,11 @@ LossFn = Callable[[Any, dict, jax.Array], tuple[jax.Array, dict]]
 def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
   """Returns the pure `train_step(state, batch) -> (state, metrics)`.
 
-  An update with a non-finite loss, gradient norm or update norm is skipped:
-  params and optimizer state come back unchanged, `step` still advances
-  (it counts steps taken, so a resumed loop stays on its data), and
-  `metrics["guard/skipped"]` is 1.0 (see `rl_post.training.guard`).
+  An update with a non-finite loss or gradient norm is skipped: params and
+  optimizer state come back unchanged, `step` still advances (it counts
+  steps taken, so a resumed loop stays on its data), and
+  `metrics["guard/skipped"]` is 1.0, as it is for a non-finite update norm
+  (see `rl_post.training.guard.apply_if`).
 
   Args:
     loss_fn: `(params, batch, rng) -> (loss, metrics)`, pure.
@@ -28,13 +29,13 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
     rng = jax.random.fold_in(state.rng, state.step)
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, batch, rng)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    grad_norm, update_norm = optax.tree.norm(grads), optax.tree.norm(updates)
-    ok = guard.all_finite(loss, grad_norm, update_norm)
-    params, opt_state = guard.select(ok, (params, opt_state), (state.params, state.opt_state))
+    grad_norm = optax.tree.norm(grads)
+    # decided before the update, which then runs in place (guard.apply_if)
+    ok = guard.all_finite(loss, grad_norm)
+    params, opt_state, update_norm = guard.apply_if(ok, optimizer, grads, state.opt_state,
+                                                    state.params)
     metrics = dict(metrics, loss=loss, grad_norm=grad_norm, update_norm=update_norm)
-    metrics["guard/skipped"] = 1.0 - ok.astype(loss.dtype)
+    metrics["guard/skipped"] = 1.0 - guard.all_finite(ok, update_norm).astype(loss.dtype)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
