@@ -12,7 +12,8 @@ ending in "*" ("rg/*"). --answer_format: "auto" (per domain: final_number
 for numeric answers, code_block for programs, else last_line), "config"
 (tasks.domain_options) or one format for all. Writes workdir/scan.json and
 workdir/scan.md and prints the table; the recipe's mixture is read from it
-(the rows marked in reach: pass@k well above pass@1).
+(the rows marked in reach: pass@k well above pass@1). While it runs,
+workdir/scan.partial.{json,md} hold the rows finished so far.
 """
 
 import json
@@ -70,15 +71,23 @@ def main(argv):
       max_new_tokens=_MAX_NEW_TOKENS.value, max_prompt_len=_MAX_PROMPT_LEN.value,
       batch_size=_BATCH_SIZE.value, levels=_LEVELS.value, answer_format=_ANSWER_FORMAT.value,
       seed=_SEED.value)
-  result = scan.scan(_CONFIG.value, _CHECKPOINT.value, domain_names(_DOMAINS.value), settings)
-  result["checkpoint"] = os.path.abspath(_CHECKPOINT.value)
   os.makedirs(_WORKDIR.value, exist_ok=True)
-  markdown = scan.render_markdown(result)
-  with open(os.path.join(_WORKDIR.value, "scan.json"), "w", encoding="utf-8") as f:
-    json.dump(result, f, indent=2)
-  with open(os.path.join(_WORKDIR.value, "scan.md"), "w", encoding="utf-8") as f:
-    f.write(markdown)
-  print(markdown)
+  checkpoint = os.path.abspath(_CHECKPOINT.value)
+
+  def write(result, name="scan"):
+    result = dict(result, checkpoint=checkpoint)
+    with open(os.path.join(_WORKDIR.value, f"{name}.json"), "w", encoding="utf-8") as f:
+      json.dump(result, f, indent=2)
+    with open(os.path.join(_WORKDIR.value, f"{name}.md"), "w", encoding="utf-8") as f:
+      f.write(scan.render_markdown(result))
+    return result
+
+  result = write(scan.scan(_CONFIG.value, _CHECKPOINT.value, domain_names(_DOMAINS.value),
+                           settings, on_rows=lambda rows: write(rows, "scan.partial")))
+  for name in ("scan.partial.json", "scan.partial.md"):
+    if os.path.exists(os.path.join(_WORKDIR.value, name)):
+      os.remove(os.path.join(_WORKDIR.value, name))
+  print(scan.render_markdown(result))
   print(f"wrote {_WORKDIR.value}/scan.json and scan.md")
 
 

@@ -91,7 +91,20 @@ def test_scan_of_a_tiny_model_writes_its_table(export, tokenizer_path, tmp_path)
   assert rows[("rg/chain_sum", 1)]["skipped"] == 3 and rows[("rg/chain_sum", 1)]["problems"] == 0
   table = (out / "scan.md").read_text()
   assert "| arithmetic | final_number | 1 | 3 |" in table and "skipped (3 prompts too long)" in table
-  assert table in done.stdout
+  assert table in done.stdout and not (out / "scan.partial.json").exists()
   bad = subprocess.run(cmd[:-1] + ["--domains=nope*", f"--workdir={out}"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
   assert bad.returncode == 2 and "--domains='nope*': matches no registered domain" in bad.stderr
+
+
+def test_partial_tables_grow_bucket_by_bucket(export, tokenizer_path):
+  config = grpo_arithmetic.get_config("tiny")
+  config.tokenizer.path = tokenizer_path
+  settings = scan.ScanSettings(problems=2, samples=2, ks=(1, 2), max_new_tokens=2,
+                               max_prompt_len=256, levels="easiest")
+  partial = []
+  result = scan.scan(config, export, ["arithmetic", "countdown"], settings,
+                     on_rows=lambda r: partial.append([row["domain"] for row in r["rows"]]))
+  # arithmetic's short prompts fill the first bucket, countdown's longer ones a later one
+  assert partial == [["arithmetic"], ["arithmetic", "countdown"]]
+  assert [r["domain"] for r in result["rows"]] == partial[-1]

@@ -152,11 +152,14 @@ def _row(name, fmt, level, outcomes, skipped, settings) -> dict:
   return row
 
 
-def scan(config, checkpoint: str, domain_names, settings: ScanSettings) -> dict:
+def scan(config, checkpoint: str, domain_names, settings: ScanSettings,
+         on_rows=None) -> dict:
   """Scans `checkpoint` (anything `rl_post.eval.checkpoint_eval` loads) over domains.
 
   Uses `config` for the tokenizer (and its system prompt), the mesh, the
   reward pool and each domain's options (`tasks.domain_options`).
+  `on_rows(result)`, if given, gets the rows finished so far after each
+  prompt-length bucket (a long scan's partial table).
 
   Returns:
     {"settings", "rows": [{domain, answer_format, level, problems, skipped,
@@ -187,7 +190,9 @@ def scan(config, checkpoint: str, domain_names, settings: ScanSettings) -> dict:
   n = len(all_tasks)
   out = {"correct": np.zeros(n, bool), "strict": np.zeros(n, bool),
          "response_len": np.zeros(n), "num_correct": np.zeros(n, np.int64),
-         "num_strict": np.zeros(n, np.int64)}
+         "num_strict": np.zeros(n, np.int64),
+         "scanned": np.array([length <= settings.max_prompt_len for length in lengths])}
+  done = ~out["scanned"]  # a skipped task needs no generation
   rng = jax.random.fold_in(jax.random.key(settings.seed), SCAN_STREAM)
   shard = functools.partial(sharding.shard_batch, mesh=mesh, rules=rules)
   rewards = checkpoint_eval.reward_config(config)
@@ -206,12 +211,23 @@ def scan(config, checkpoint: str, domain_names, settings: ScanSettings) -> dict:
       out["response_len"][index] = greedy["response_len"]
       out["num_correct"][index] = sampled["num_correct"]
       out["num_strict"][index] = sampled["num_strict_correct"]
+      done[index] = True
+      if on_rows is not None:
+        on_rows(_result(plan, out, done, settings))
+  return _result(plan, out, done, settings)
+
+
+def _result(plan, out: dict, done_N: np.ndarray, settings: ScanSettings) -> dict:
+  """The rows of the (domain, level)s whose scanned tasks are all done; skipped tasks
+  (prompts too long) count as done."""
   rows, start = [], 0
   for name, fmt, level, tasks in plan:
     sel = np.arange(start, start + len(tasks))
     start += len(tasks)
-    kept = sel[[lengths[i] <= settings.max_prompt_len for i in sel]]
-    outcomes = {k: v[kept] for k, v in out.items()}
+    if not done_N[sel].all():
+      continue
+    kept = sel[out["scanned"][sel]]
+    outcomes = {k: v[kept] for k, v in out.items() if k != "scanned"}
     rows.append(_row(name, fmt, level, outcomes, len(sel) - len(kept), settings))
   return {"settings": dataclasses.asdict(settings), "rows": rows}
 
