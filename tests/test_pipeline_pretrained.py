@@ -75,3 +75,11 @@ def test_missing_control_settings_fail_before_any_stage(hf_dir, tmp_path):
   with pytest.raises(ConfigError, match="control.sft"):
     pipeline.run(config, str(tmp_path))
   assert not os.listdir(tmp_path)
+
+
+def test_seeds_run_the_pretrained_pipeline_and_aggregate(hf_dir, tmp_path):
+  from rl_post import seed_runs
+  out = seed_runs.run(_config(hf_dir), str(tmp_path), [0, 1])
+  assert [row["seed"] for row in out["rows"]] == [0, 1]
+  assert {"before", "after", "control"} <= set(out["rows"][0])
+  assert os.path.exists(out["paths"]["md"]) and "macro_after" in out["aggregate"]

