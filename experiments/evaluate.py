@@ -6,7 +6,8 @@ r"""Evaluates a checkpoint on the held-out tasks: workdir/eval.json and eval.md.
 
 --checkpoint: an export/ folder, a training workdir (its newest readable
 checkpoint, recorded as checkpoint_step; the workdir is only read), a HF
-folder or a .gguf file. The config gives the tokenizer, the held-out tasks
+folder or a .gguf file; default: the config's pretrained.path (the raw
+model, e.g. SmolLM2's GGUF for configs/smollm2_135m_grpo.py). The config gives the tokenizer, the held-out tasks
 (tasks.*, seed) and the decoding defaults (rl.temperature,
 rl.max_new_tokens, rl.max_prompt_len). A checkpoint or tokenizer file that
 cannot be read is a one-line error naming --checkpoint or tokenizer.path
@@ -22,7 +23,8 @@ from rl_post.errors import ConfigError
 from rl_post.eval import checkpoint_eval
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate (default: the "
+                                  "config's pretrained.path, the raw model).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder for eval.json and eval.md.")
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 8, "Sampled responses per problem (n).")
 _KS = flags.DEFINE_list("ks", ["1", "4", "8"], "The k of each pass@k (k <= n).")
@@ -43,7 +45,8 @@ def main(argv):
   settings = checkpoint_eval.settings_from(
       _CONFIG.value, num_samples=_NUM_SAMPLES.value, ks=_ks(), temperature=_TEMPERATURE.value,
       max_new_tokens=_MAX_NEW_TOKENS.value, batch_size=_BATCH_SIZE.value)
-  result = checkpoint_eval.evaluate_checkpoint(_CONFIG.value, _CHECKPOINT.value, settings)
+  checkpoint = cli.checkpoint_or_pretrained(_CHECKPOINT.value, _CONFIG.value)
+  result = checkpoint_eval.evaluate_checkpoint(_CONFIG.value, checkpoint, settings)
   paths = checkpoint_eval.write_outputs(_WORKDIR.value, result)
   with open(paths["markdown"]) as f:
     print(f.read())
@@ -51,5 +54,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "checkpoint", "workdir"])
+  flags.mark_flags_as_required(["config", "workdir"])
   cli.run(main)

@@ -1,7 +1,6 @@
 r"""Rejection-sampling fine-tuning data: the RL run's sample budget, verified, kept if right.
 
   python experiments/rft_collect.py --config=configs/smollm2_135m_grpo.py \
-      --checkpoint="$(python -c 'from rl_post.models import gguf; print(gguf.smollm2_gguf_path())')" \
       --out=/tmp/rft/samples.jsonl
   python experiments/train_sft.py --config=configs/smollm2_135m_grpo.py \
       --config.sft.dataset=/tmp/rft/samples.jsonl --workdir=/tmp/rft/sft
@@ -22,14 +21,15 @@ from rl_post.sft import rejection
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "RL config file.", lock_config=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Model to sample (.gguf, HF, export, "
-                                  "workdir).")
+                                  "workdir); default: the config's pretrained.path.")
 _OUT = flags.DEFINE_string("out", None, "JSONL file for the verified samples.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Responses per generate call (0: B*G).")
 
 
 def main(argv):
   del argv
-  stats = rejection.collect(_CONFIG.value, _CHECKPOINT.value, _OUT.value,
+  checkpoint = cli.checkpoint_or_pretrained(_CHECKPOINT.value, _CONFIG.value)
+  stats = rejection.collect(_CONFIG.value, checkpoint, _OUT.value,
                             batch_size=_BATCH_SIZE.value)
   with open(_OUT.value + ".stats.json", "w", encoding="utf-8") as f:
     json.dump(stats, f, indent=2)
@@ -40,5 +40,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "checkpoint", "out"])
+  flags.mark_flags_as_required(["config", "out"])
   cli.run(main)

@@ -1,8 +1,8 @@
 r"""Learnability scan: greedy, pass@1 and pass@k per domain and level of a checkpoint.
 
-  # every registered domain's easiest level, SmolLM2-135M-Instruct as shipped:
+  # every registered domain's easiest level, SmolLM2-135M-Instruct as shipped (the
+  # config's pretrained.path is the default --checkpoint):
   python experiments/scan_domains.py --config=configs/smollm2_135m_grpo.py \
-      --checkpoint="$(python -c 'from rl_post.models import gguf; print(gguf.smollm2_gguf_path())')" \
       --domains=all --levels=easiest --problems=4 --samples=8 --ks=1,8 --workdir=/tmp/scan
   # then every level of the domains found in reach:
   python experiments/scan_domains.py ... --domains=arithmetic,rg/chain_sum --levels=all
@@ -29,7 +29,8 @@ from rl_post.eval import scan
 from rl_post.tasks import registry
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint (export, workdir, HF, .gguf).")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint (export, workdir, HF, .gguf); "
+                                  "default: the config's pretrained.path.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder for scan.json and scan.md.")
 _DOMAINS = flags.DEFINE_list("domains", ["all"], "Domains: names, 'all', or 'prefix*'.")
 _LEVELS = flags.DEFINE_enum("levels", "all", ["all", "easiest"], "Levels per domain.")
@@ -71,8 +72,8 @@ def main(argv):
       max_new_tokens=_MAX_NEW_TOKENS.value, max_prompt_len=_MAX_PROMPT_LEN.value,
       batch_size=_BATCH_SIZE.value, levels=_LEVELS.value, answer_format=_ANSWER_FORMAT.value,
       seed=_SEED.value)
+  checkpoint = os.path.abspath(cli.checkpoint_or_pretrained(_CHECKPOINT.value, _CONFIG.value))
   os.makedirs(_WORKDIR.value, exist_ok=True)
-  checkpoint = os.path.abspath(_CHECKPOINT.value)
 
   def write(result, name="scan"):
     result = dict(result, checkpoint=checkpoint)
@@ -82,7 +83,7 @@ def main(argv):
       f.write(scan.render_markdown(result))
     return result
 
-  result = write(scan.scan(_CONFIG.value, _CHECKPOINT.value, domain_names(_DOMAINS.value),
+  result = write(scan.scan(_CONFIG.value, checkpoint, domain_names(_DOMAINS.value),
                            settings, on_rows=lambda rows: write(rows, "scan.partial")))
   for name in ("scan.partial.json", "scan.partial.md"):
     if os.path.exists(os.path.join(_WORKDIR.value, name)):
@@ -92,5 +93,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "checkpoint", "workdir"])
+  flags.mark_flags_as_required(["config", "workdir"])
   cli.run(main)

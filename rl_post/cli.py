@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 from absl import app, flags
 
-from rl_post.errors import UserError, one_line, root_cause
+from rl_post.errors import ConfigError, UserError, one_line, root_cause
 from rl_post.training import host_memory
-from rl_post.training.run import ensure_workdir
+from rl_post.training.run import ensure_workdir, pretrained_path
 
 EXIT_USER_ERROR = 2
 _FIELD_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -197,3 +197,16 @@ def run(main: Callable[[list[str]], Any]):
   except ValueError as e:  # an unknown RL_POST_HOST_MALLOC
     fail(str(e))
   app.run(lambda argv: guarded(main, argv), flags_parser=parse_flags)
+
+
+def checkpoint_or_pretrained(checkpoint: str | None, config) -> str:
+  """`--checkpoint` if given, else the config's `pretrained.path` (the raw model).
+
+  Raises:
+    ConfigError: on --checkpoint when neither is set.
+  """
+  path = checkpoint or pretrained_path(config)
+  if not path:
+    raise ConfigError("--checkpoint", checkpoint, "is required: this config has no "
+                      "pretrained.path to default to")
+  return path

@@ -68,6 +68,11 @@ _TPU_POD = ("launch/tpu_pod.sh --name=rl-pod --zone=us-east5-a --accelerator=v5p
 _SLURM = ("launch/slurm_gpu.sbatch --nodes=2 --gpus_per_node=8 --dry_run "
           "experiments/train_rl.py --config=configs/grpo_arithmetic.py --workdir=/shared/grpo")
 
+_SCAN = ("python experiments/scan_domains.py --config=configs/smollm2_135m_grpo.py "
+         "--domains=all --levels=easiest --problems=4 --samples=8 --ks=1,8 "
+         "--workdir=/tmp/rl_post/scan")
+_SMOLLM2_DEMO = ("python experiments/demo.py --config=configs/smollm2_135m_grpo.py "
+                 "--workdir=/tmp/rl_post/smollm2_demo")
 _EPISODES = ("python experiments/train_rl.py --config=configs/grpo_episodes.py:tiny "
              "--workdir=/tmp/rl_post/episodes_tiny")
 _DEMO_SEEDS = "python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds"
@@ -176,6 +181,16 @@ COMMANDS = {
         argv=("{py}", "experiments/train_rl.py", "--config=configs/grpo_episodes.py:tiny",
               "--workdir={work}/episodes", "--config.rl.num_steps=2"),
         outputs=("episodes/metrics.jsonl", "episodes/config.json")),
+    _SCAN: Entry(  # the real SmolLM2 on two domains' easiest level, 2 problems, 4 tokens
+        argv=("{py}", "experiments/scan_domains.py", "--config=configs/smollm2_135m_grpo.py:tiny",
+              "--domains=arithmetic,rg/products", "--levels=easiest", "--problems=2",
+              "--samples=2", "--ks=1,2", "--max_new_tokens=4", "--workdir={work}/scan"),
+        outputs=("scan/scan.json", "scan/scan.md")),
+    _SMOLLM2_DEMO: Entry(
+        argv=("{py}", "experiments/demo.py", "--config=configs/smollm2_135m_grpo.py:tiny",
+              "--workdir={work}/smollm2_demo"),
+        outputs=("smollm2_demo/report/summary.md", "smollm2_demo/control/samples.jsonl",
+                 "smollm2_demo/rl/export/model_config.json")),
     _TPU_POD: Entry(argv=tuple(_TPU_POD.split())),  # --dry_run: prints, runs nothing
     _SLURM: Entry(argv=tuple(_SLURM.split())),
 }

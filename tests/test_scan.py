@@ -108,3 +108,15 @@ def test_partial_tables_grow_bucket_by_bucket(export, tokenizer_path):
   # arithmetic's short prompts fill the first bucket, countdown's longer ones a later one
   assert partial == [["arithmetic"], ["arithmetic", "countdown"]]
   assert [r["domain"] for r in result["rows"]] == partial[-1]
+
+
+def test_checkpoint_defaults_to_the_configs_pretrained_model(tmp_path):
+  from rl_post import cli
+  config = grpo_arithmetic.get_config("tiny")
+  with pytest.raises(ConfigError, match="--checkpoint=None: is required: this config has no "
+                     "pretrained.path"):
+    cli.checkpoint_or_pretrained(None, config)
+  assert cli.checkpoint_or_pretrained("/x", config) == "/x"
+  config.pretrained = {"path": "/models/raw.gguf"}
+  assert cli.checkpoint_or_pretrained(None, config) == "/models/raw.gguf"
+  assert cli.checkpoint_or_pretrained("/x", config) == "/x"
