@@ -24,12 +24,17 @@ verified samples at the RL run's sample budget.
 from configs import base
 from configs.smollm2_135m_sft import pretrained_sections
 
-# domain: (levels, answer format); from the scan of the raw model (docs/demo.md).
+# domain: (levels, answer format): levels the scan of the raw model marked in reach
+# (experiments/results/smollm2_scan/): sums, products, chained and mixed arithmetic, two
+# word-problem generators, and code, whose programs run in the sandbox.
 MIXTURE = {
     "arithmetic": ((1,), "final_number"),
     "rg/chain_sum": ((1,), "final_number"),
     "rg/basic_arithmetic": ((1,), "final_number"),
     "rg/products": ((1,), "final_number"),
+    "rg/aiw": ((1,), "final_number"),
+    "rg/leg_counting": ((1,), "final_number"),
+    "code": ((1,), "code_block"),
 }
 SYSTEM_PROMPT = ("You are a helpful assistant. Answer briefly and end your response with the "
                  "final answer.")
@@ -55,8 +60,9 @@ def get_config(variant: str = ""):
   c = recipe_sections(pretrained_sections(base.get_base()))
   # remat + chunked log-softmax keep the update within a laptop's memory.
   # shared_prefix: each group's prompt runs through the update once, not G times.
+  # 96 new tokens: code's programs need them (a 64-token cap cuts most of them).
   c.rl.update(num_steps=30, batch_size=8, num_generations=8, max_prompt_len=128,
-              prompt_buckets=(128,), max_new_tokens=64, eval_every=10, checkpoint_every=10,
+              prompt_buckets=(128,), max_new_tokens=96, eval_every=10, checkpoint_every=10,
               remat="full", logprob_chunk=16, shared_prefix=True)
   c.rl.grpo.update(clip_high=0.28, aggregation="token_mean", kl_coef=0.0)
   c.optimizer = dict(learning_rate=3e-6, schedule="constant", warmup_steps=0, total_steps=30,
