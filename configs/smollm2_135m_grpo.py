@@ -65,11 +65,12 @@ def get_config(variant: str = ""):
               prompt_buckets=(128,), max_new_tokens=96, eval_every=10, checkpoint_every=10,
               remat="full", logprob_chunk=16, shared_prefix=True)
   c.rl.grpo.update(clip_high=0.28, aggregation="token_mean", kl_coef=0.0)
-  c.optimizer = dict(learning_rate=3e-6, schedule="constant", warmup_steps=0, total_steps=30,
+  # 1e-5: the validation seed's choice (experiments/results/smollm2_grpo_validation/).
+  c.optimizer = dict(learning_rate=1e-5, schedule="constant", warmup_steps=0, total_steps=30,
                      weight_decay=0.0, grad_clip_norm=1.0)
   # The RFT control: one SFT step per RL step over the verified samples, B x G rows each.
   c.control = dict(sft=dict(num_steps=30, batch_size=16, max_len=256, checkpoint_every=30),
-                   optimizer=dict(learning_rate=3e-6, schedule="constant", warmup_steps=0,
+                   optimizer=dict(learning_rate=1e-5, schedule="constant", warmup_steps=0,
                                   total_steps=30, weight_decay=0.0, grad_clip_norm=1.0))
   c.eval = dict(batch_size=64)
   if variant == "tiny":
