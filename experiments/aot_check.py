@@ -26,7 +26,7 @@ from ml_collections import config_flags
 
 from rl_post import cli
 from rl_post.errors import ConfigError, UserError
-from rl_post.training.run import ensure_output_file
+from rl_post.output_paths import ensure_output_file
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config (optional).")
 _MODEL = flags.DEFINE_string("model", None, "Model preset: smollm2-135m | llama-1b | llama-8b.")
@@ -87,7 +87,7 @@ def check_mesh(mesh: dict, num_devices: int, field: str, text) -> None:
 def check_flags(targets: list[str]) -> None:
   """Checks the flags that need no config or JAX: target, dtype, sizes, --json_out."""
   from rl_post.models.config import DTYPES
-  from rl_post.parallel import aot
+  from rl_post.rl import aot
   for target in targets:
     if target not in aot.TARGETS:
       raise ConfigError("--target", target, f"is unknown; one of {sorted(aot.TARGETS)}")
@@ -136,7 +136,7 @@ def _row(label, r):
 
 def _runs() -> list[tuple]:
   """[(label, model, target, mesh, rows, seq_len, rows_field)], the flags checked."""
-  from rl_post.parallel import aot
+  from rl_post.rl import aot
   if _TABLE.value:
     return [(f"{name} {target} {mesh}", _with_dtype(aot.MODELS[name]), target,
              parse_mesh(mesh), rows, seq_len, "--rows")
@@ -165,7 +165,7 @@ def _with_dtype(model):
 
 def _check(model, target, mesh, rows, seq_len, rows_field) -> dict:
   """`aot.check`, with rows that the mesh's batch axes do not divide as a ConfigError."""
-  from rl_post.parallel import aot
+  from rl_post.rl import aot
   try:
     return aot.check(model, aot.TARGETS[target], mesh, rows, seq_len,
                      constrain_activations=_CONSTRAIN.value)
@@ -178,7 +178,7 @@ def _check(model, target, mesh, rows, seq_len, rows_field) -> dict:
 def main(argv):
   del argv
   import jax
-  from rl_post.parallel import aot
+  from rl_post.rl import aot
   targets = [t for _, t, *_ in TABLE] if _TABLE.value else [_TARGET.value]
   check_flags(targets)
   jax.config.update("jax_num_cpu_devices", max(aot.TARGETS[t].num_devices for t in targets))

@@ -14,7 +14,7 @@ from rl_post.config_sections import from_section
 from rl_post.data import eval_sets
 from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError
-from rl_post.training.run import ensure_workdir
+from rl_post.output_paths import ensure_workdir
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 

@@ -17,7 +17,7 @@ from absl import flags
 
 from rl_post import cli
 from rl_post.eval import seed_plots
-from rl_post.training.run import ensure_workdir
+from rl_post.output_paths import ensure_workdir
 
 _SEEDS_JSON = flags.DEFINE_string("seeds_json", None, "seeds.json written by demo_seeds.py.",
                                   required=True)

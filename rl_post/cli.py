@@ -23,8 +23,9 @@ from typing import Any, Callable
 from absl import app, flags
 
 from rl_post.errors import ConfigError, UserError, one_line, root_cause
+from rl_post.output_paths import ensure_workdir
 from rl_post.training import host_memory
-from rl_post.training.run import ensure_workdir, pretrained_path
+from rl_post.training.run import pretrained_path
 
 EXIT_USER_ERROR = 2
 _FIELD_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")

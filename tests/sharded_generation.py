@@ -14,7 +14,7 @@ from rl_post import models
 from rl_post.models import kv_cache
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
-from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.models.logprobs import sequence_logprobs
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.sampling.sharded import ShardedRollout
 

@@ -12,7 +12,7 @@ import pytest
 
 from child_process import xla_flags
 from rl_post import models
-from rl_post.parallel import aot
+from rl_post.rl import aot
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 

@@ -190,7 +190,7 @@ def test_two_process_sft_resumes_after_kill_9_and_matches_one_process(tokenizer_
 
 
 def test_process_block_splits_reward_rows_evenly_and_in_order():
-  from rl_post.parallel.process_rewards import process_block
+  from rl_post.rewards.process_split import process_block
   blocks = [process_block(10, p, 3) for p in range(3)]
   assert [(b.start, b.stop) for b in blocks] == [(0, 3), (3, 6), (6, 10)]
   assert [process_block(2, p, 4) for p in range(4)] == [slice(0, 0), slice(0, 1), slice(1, 1),

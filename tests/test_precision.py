@@ -8,7 +8,7 @@ import pytest
 
 from rl_post import models
 from rl_post.rl import config as rl_config
-from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.models.logprobs import sequence_logprobs
 from rl_post.rl.train_step import make_ref_logprobs, make_rl_train_step, rollout_batch
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.training import precision

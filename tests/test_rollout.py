@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rl_post import models
-from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.models.logprobs import sequence_logprobs
 from rl_post.sampling import controls, engine
 from rl_post.sampling.sampler import SamplingConfig, extend, generate
 

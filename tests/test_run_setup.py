@@ -1,9 +1,10 @@
-"""Run setup: the vocabulary taken from the tokenizer fits the tensor axis; workdir checks."""
+"""Run setup: the vocabulary taken from the tokenizer fits the tensor axis; output path checks."""
 
 import pytest
 
 from configs import sft_arithmetic
 from rl_post.errors import ConfigError
+from rl_post.output_paths import ensure_output_file, ensure_workdir
 from rl_post.training import run
 
 
@@ -26,13 +27,23 @@ def test_configured_vocab_is_kept():
 
 
 def test_ensure_workdir(tmp_path):
-  assert run.ensure_workdir(str(tmp_path / "a" / "b")) == str(tmp_path / "a" / "b")
+  assert ensure_workdir(str(tmp_path / "a" / "b")) == str(tmp_path / "a" / "b")
   (tmp_path / "f").write_text("")
   with pytest.raises(ConfigError, match=r"--workdir=.*: is a file, not a directory"):
-    run.ensure_workdir(str(tmp_path / "f"))
+    ensure_workdir(str(tmp_path / "f"))
   with pytest.raises(ConfigError, match=r"--workdir=.*: cannot be created \(Not a directory\)"):
-    run.ensure_workdir(str(tmp_path / "f" / "sub"))
+    ensure_workdir(str(tmp_path / "f" / "sub"))
 
+
+def test_ensure_output_file(tmp_path):
+  path = str(tmp_path / "a" / "out.json")
+  assert ensure_output_file(path, "--json_out") == path
+  assert (tmp_path / "a").is_dir()
+  with pytest.raises(ConfigError, match=r"--json_out=.*: is a directory; name the file to write"):
+    ensure_output_file(str(tmp_path), "--json_out")
+  (tmp_path / "f").write_text("")
+  with pytest.raises(ConfigError, match=r"--json_out=.*: its folder .* is a file, not a directory"):
+    ensure_output_file(str(tmp_path / "f" / "out.json"), "--json_out")
 
 def test_padding_ids_decode_to_nothing(tokenizer):
   ids = tokenizer.encode("12+34")

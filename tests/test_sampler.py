@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rl_post import models
-from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.models.logprobs import sequence_logprobs
 from rl_post.sampling.sampler import SamplingConfig, generate
 
 EOS, PAD = 3, 0

@@ -52,7 +52,7 @@ from rl_post import models  # noqa: E402
 from rl_post.metrics import host_cpu  # noqa: E402
 from rl_post.rl import config as rl_config  # noqa: E402
 from rl_post.rl import losses  # noqa: E402
-from rl_post.rl.logprobs import token_logprobs_from_logits  # noqa: E402
+from rl_post.models.logprobs import token_logprobs_from_logits  # noqa: E402
 from rl_post.rl.train_step import make_rl_train_step  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 from rl_post.training.step import make_train_step  # noqa: E402

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from rl_post import models
 from rl_post.config_sections import check
-from rl_post.rl.logprobs import scaled_log_softmax
+from rl_post.models.logprobs import scaled_log_softmax
 
 
 @dataclasses.dataclass(frozen=True)

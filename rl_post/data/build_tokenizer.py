@@ -10,7 +10,7 @@ from rl_post.data.corpus import domain_corpus
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.data.tokenizer import SentencePieceTokenizer, train_sentencepiece
 from rl_post.errors import ConfigError
-from rl_post.training.run import ensure_output_file
+from rl_post.output_paths import ensure_output_file
 
 # SentencePiece's check that every corpus character (character_coverage=1.0), the
 # specials and the tags fit: "Vocabulary size is smaller than required_chars. 290 vs 291."

@@ -14,7 +14,7 @@ from typing import Any
 
 from rl_post.config_sections import check, from_section
 from rl_post.rl import registry
-from rl_post.rl.logprobs import REMAT_POLICIES
+from rl_post.models.logprobs import REMAT_POLICIES
 
 PROCESS_CREDIT = ("sequence", "token")
 

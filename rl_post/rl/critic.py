@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from rl_post.parallel import sharding
-from rl_post.rl.logprobs import hidden_states
+from rl_post.models.logprobs import hidden_states
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 

@@ -24,8 +24,8 @@ from rl_post.rl import losses
 from rl_post.rl.algorithm import AdvantageInputs, LossInputs
 from rl_post.rl.config import RLConfig
 from rl_post.rl.critic import critic_values
-from rl_post.rl.logprobs import chunked_token_logprobs, hidden_states, output_matrix_ExV
-from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.models.logprobs import chunked_token_logprobs, hidden_states, output_matrix_ExV
+from rl_post.models.logprobs import sequence_logprobs
 from rl_post.training import guard
 
 
@@ -96,7 +96,7 @@ def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int 
 
   `prefix_len` > 0: every group of G consecutive rows shares its first
   `prefix_len` tokens (`shared_prefix_len`), and the layers run them once
-  per group (`rl_post.rl.logprobs.shared_prefix_hidden_states`).
+  per group (`rl_post.models.logprobs.shared_prefix_hidden_states`).
   """
   alg, cfg = rl.entry, rl.algo
   shared = (prefix_len, rl.num_generations) if prefix_len else None

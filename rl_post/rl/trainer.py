@@ -42,9 +42,9 @@ from rl_post.metrics.compiles import CompileClock
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import process_data
-from rl_post.parallel.process_rewards import ProcessSplitPool
 from rl_post.rewards import process_credit
 from rl_post.rewards.pool import RewardPool
+from rl_post.rewards.process_split import ProcessSplitPool
 from rl_post.rewards.scoring import reward_metrics
 from rl_post.rl import async_rewards
 from rl_post.rl import critic as critic_lib

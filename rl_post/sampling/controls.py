@@ -3,7 +3,7 @@
 Behaviour log-prob (what a rollout records for each sampled token):
   log softmax(logits / temperature)[token]
 i.e. the log-prob under the *tempered, untruncated* distribution, exactly
-what the trainer recomputes (`rl_post.rl.logprobs.scaled_log_softmax`), so
+what the trainer recomputes (`rl_post.models.logprobs.scaled_log_softmax`), so
 the first-epoch importance ratio is 1 up to float error. Greedy decoding
 records the temperature-1 log-prob.
 
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_post.config_sections import check
-from rl_post.rl.logprobs import scaled_log_softmax
+from rl_post.models.logprobs import scaled_log_softmax
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 

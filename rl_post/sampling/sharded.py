@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from rl_post import models
 from rl_post.models import kv_cache
 from rl_post.parallel import sharding
-from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.models.logprobs import sequence_logprobs
 from rl_post.sampling import engine
 from rl_post.sampling.controls import SamplingConfig
 from rl_post.sampling.sampler import budget, rollout_of

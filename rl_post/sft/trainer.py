@@ -28,7 +28,7 @@ from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import process_data
 from rl_post.parallel import sharding
-from rl_post.rl.logprobs import token_logprobs_from_logits
+from rl_post.models.logprobs import token_logprobs_from_logits
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
 from rl_post.training.guard import GuardConfig, NonFiniteGuard

@@ -9,7 +9,6 @@ import dataclasses
 import functools
 import json
 import os
-import tempfile
 from typing import Any
 
 import jax
@@ -23,6 +22,7 @@ from rl_post import errors
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.models import ModelConfig
 from rl_post.models import pretrained
+from rl_post.output_paths import ensure_workdir
 from rl_post.parallel import distributed
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
@@ -30,44 +30,6 @@ from rl_post.parallel import sharding
 
 def config_to_json(config: ml_collections.ConfigDict) -> str:
   return json.dumps(config.to_dict(), indent=2, sort_keys=True, default=repr)
-
-
-def ensure_workdir(workdir: str, flag: str = "--workdir") -> str:
-  """Creates `workdir` if needed and checks that files can be written in it.
-
-  Raises:
-    ConfigError: naming `flag`, when the path is a file, cannot be created or
-      is not writable (checked by writing, so read-only mounts count too).
-  """
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise ConfigError(flag, workdir, "is a file, not a directory")
-  try:
-    os.makedirs(workdir, exist_ok=True)
-  except OSError as e:
-    raise ConfigError(flag, workdir, f"cannot be created ({e.strerror})") from None
-  try:
-    with tempfile.TemporaryFile(dir=workdir):
-      pass
-  except OSError as e:
-    raise ConfigError(flag, workdir, f"is not writable ({e.strerror})") from None
-  return workdir
-
-
-def ensure_output_file(path: str, flag: str) -> str:
-  """Checks that a file can be written at `path` (its folder is created if needed).
-
-  Raises:
-    ConfigError: naming `flag`, when `path` is a directory or its folder cannot be
-      created or written.
-  """
-  if os.path.isdir(path):
-    raise ConfigError(flag, path, "is a directory; name the file to write")
-  folder = os.path.dirname(os.path.abspath(path))
-  try:
-    ensure_workdir(folder, flag)
-  except ConfigError as e:
-    raise ConfigError(flag, path, f"its folder {folder!r} {e.problem}") from None
-  return path
 
 
 CONFIG_HISTORY = "config_history.jsonl"

@@ -10,7 +10,7 @@ from rl_post.envs.call_vocab import CallVocabTokenizer
 from rl_post.envs.domains import DOMAINS, make_env
 from rl_post.envs.episodes import EpisodeConfig, run_episodes
 from rl_post.envs.tools import ToolLimits
-from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.models.logprobs import sequence_logprobs
 from rl_post.sampling.sampler import SamplingConfig
 
 TOKENIZER = CallVocabTokenizer(copies=6)

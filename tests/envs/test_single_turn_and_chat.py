@@ -12,7 +12,7 @@ from rl_post.envs.call_vocab import CallVocabTokenizer
 from rl_post.envs.chat import chat_encoders
 from rl_post.envs.domains import DOMAINS, make_env
 from rl_post.envs.episodes import EpisodeConfig, run_episodes
-from rl_post.rl.logprobs import sequence_logprobs
+from rl_post.models.logprobs import sequence_logprobs
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.tasks import registry
 

@@ -17,7 +17,7 @@ from rl_post.rl import config as rl_config
 from rl_post.rl import critic as critic_lib
 from rl_post.rl import losses
 from rl_post.rl.algorithm import LossInputs
-from rl_post.rl.logprobs import hidden_states, token_logprobs_from_logits
+from rl_post.models.logprobs import hidden_states, token_logprobs_from_logits
 from rl_post.rl.train_step import make_rl_train_step, make_value_fn, rollout_batch
 from rl_post.sampling.sampler import SamplingConfig, generate
 from rl_post.training.state import TrainState

@@ -10,7 +10,7 @@ from rl_post import models
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import config as rl_config
 from rl_post.rl import trainer
-from rl_post.rl.logprobs import hidden_states
+from rl_post.models.logprobs import hidden_states
 from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, prefix_rung,
                                    rollout_batch, shared_prefix_len)
 from rl_post.training.state import TrainState

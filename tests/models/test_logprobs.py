@@ -7,8 +7,8 @@ import pytest
 
 from rl_post import models
 from rl_post.models.layers import swiglu_MxE
-from rl_post.rl.logprobs import (chunked_token_logprobs, output_matrix_ExV, sequence_logprobs,
-                                 token_logprobs_from_logits)
+from rl_post.models.logprobs import (chunked_token_logprobs, output_matrix_ExV, sequence_logprobs,
+                                     token_logprobs_from_logits)
 
 
 @pytest.mark.parametrize("chunk,remat,tie", [(1, "none", True), (4, "full", False),

@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rl_post import models
 from rl_post.models import transformer
 from rl_post.models.matmul import matmul_f32_MxN
 from rl_post.parallel import ring_attention
@@ -67,7 +66,7 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
     return shared_prefix_hidden_states(model_config, params, tokens_BxT, *shared_prefix,
                                        remat=remat, unroll=unroll)
   model = nnx.merge(transformer.graphdef(model_config), params)
-  positions_BxT = models.transformer.default_positions(tokens_BxT)
+  positions_BxT = transformer.default_positions(tokens_BxT)
   perm = None
   if context_mesh is not None:
     perm = ring_attention.layout_permutation(model_config.context_layout, tokens_BxT.shape[1],
