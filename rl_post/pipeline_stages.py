@@ -78,22 +78,27 @@ def rl_arm(rl_config, config, tokenizer, mixture, rl: RLConfig, rl_dir: str) -> 
   return heldout_eval(config, export, tokenizer, mixture, rl, "after RL"), rl_s
 
 
-def report(workdir: str, rl_dir: str, arms: dict, mixture, wall_s: dict, title: str,
+def report(workdir: str, rl_dir: str, arms: dict, demo_levels, wall_s: dict, title: str,
            names=None) -> dict:
   """The report of the three arms' held-out evals ({"before", "after", "control"} ->
   {"greedy", "sampled"}): workdir/report with the demo tables (answer-only completion,
-  and format-strict averaged over domains); returns evals, report paths, tables, times."""
+  and format-strict and sampled averaged over domains; `demo_levels` as in
+  `demo_tables.demo_tables`); returns evals, report paths, tables, times."""
   evals = {arm: arms[arm]["greedy"] for arm in demo_tables.ARMS}
   evals.update({f"{arm}_sampled": arms[arm]["sampled"] for arm in demo_tables.ARMS})
   per_problem = {name: {k: ev[k] for k in ("correct", "domain", "difficulty")}
                  for name, ev in evals.items()}
   paths = write_report(os.path.join(workdir, "report"), metrics=read_metrics(rl_dir),
                        evals=per_problem, title=title)
-  tables = demo_tables.demo_tables(per_problem, mixture.demo_levels)
+  tables = demo_tables.demo_tables(per_problem, demo_levels)
   domain_N = np.asarray(evals["before"]["domain"])
   tables["macro_strict"] = {arm: demo_tables.macro_rate(np.asarray(evals[arm]["strict_correct"]),
                                                         domain_N)
                             for arm in demo_tables.ARMS}
+  tables["macro_sampled"] = {arm: demo_tables.macro_rate(np.asarray(evals[f"{arm}_sampled"]
+                                                                    ["correct"]), domain_N)
+                             for arm in demo_tables.ARMS}
+  tables["names"] = demo_tables.arm_names(names)
   write_demo_tables(paths, tables, wall_s, names)
   logging.info("greedy completion averaged over domains: %s", ", ".join(
       f"{arm} {tables['macro'][arm]['rate']:.3f}" for arm in demo_tables.ARMS))

@@ -46,6 +46,45 @@ def test_spread_by_hand():
     seeds.spread([0.1, float("nan")])
 
 
+def _pretrained_summary(before, after, control, rl_s):
+  """A summary.json as the pretrained pipeline writes it: demo tables without a
+  demonstrations split, the pretrained arm names, sampled macro rates."""
+  import numpy as np
+  from rl_post.eval import demo_tables
+  domain, level = ["a", "a", "b", "b"], [1, 1, 1, 1]
+  ev = lambda c: {"correct": np.array(c, bool), "domain": domain, "difficulty": np.array(level)}
+  arms = {"before": ev(before), "after": ev(after), "control": ev(control)}
+  tables = demo_tables.demo_tables(arms, None)
+  tables["macro_sampled"] = {arm: demo_tables.macro_rate(np.array(c, bool) & np.array(
+      [1, 0, 1, 0], bool), np.array(domain)) for arm, c in
+                             zip(demo_tables.ARMS, (before, after, control))}
+  tables["names"] = demo_tables.arm_names({"before": "pretrained start",
+                                           "control": "RFT control"})
+  summary = _summary(np.mean(before), np.mean(after), np.mean(after) - np.mean(before))
+  summary["evals"]["control"] = {"completion_rate": float(np.mean(control))}
+  summary["evals"]["control_sampled"] = {"completion_rate": float(np.mean(control)) / 2}
+  summary["demo"] = dict(tables, wall_s={"rl": rl_s, "control": rl_s / 2})
+  return summary
+
+
+def test_pretrained_rows_name_the_arms_and_compare_rl_with_control_on_all_problems():
+  rows = [seeds.seed_row(0, _pretrained_summary([0, 0, 1, 0], [1, 1, 1, 0], [1, 0, 1, 0], 60)),
+          seeds.seed_row(1, _pretrained_summary([0, 0, 0, 0], [1, 1, 1, 1], [0, 0, 1, 0], 80))]
+  assert rows[0]["after_vs_control"] == pytest.approx(0.25)
+  assert rows[1]["after_vs_control"] == pytest.approx(0.75)
+  assert rows[0]["unseen_before"] is None and rows[0]["macro_sampled_diff"] == pytest.approx(0.25)
+  agg = seeds.aggregate(rows)
+  assert agg["after_vs_control"]["mean"] == pytest.approx(0.5)
+  assert "unseen_before" not in agg
+  md = seeds.render_markdown("t", rows, agg, "python x.py", {"cpu_count": 2})
+  assert "## pretrained start vs RL vs RFT control" in md
+  assert "| seed | macro pretrained start | macro RL | macro RFT control | macro Δ pp |" in md
+  assert "| 0 | 25.0 | 75.0 | 50.0 | +50.0 | 25.0 | 50.0 | +25.0 | +25.0 | 60 | 30 |" in md
+  assert "| after_vs_control | +50.0 ± 35.4" in md
+  assert "| domain | level | pretrained start | after RL | RFT control |" in md
+  assert "demos" not in md and "unseen" not in md and "wall_s" not in md
+
+
 def test_rows_aggregate_and_markdown():
   by_domain = lambda rate: {"a": {"completion_rate": rate}, "b": {"completion_rate": 1 - rate}}
   rows = [seeds.seed_row(0, _summary(0.2, 0.5, 0.3, by_domain)),

@@ -48,6 +48,20 @@ def test_all_levels_demonstrated_has_no_unseen_comparison():
   assert "levels without demonstrations" not in demo_tables.render_markdown(t, {})
 
 
+def test_a_start_without_demonstrations_compares_all_problems_paired():
+  t = demo_tables.demo_tables(_evals(), None)  # a pretrained start: no level had demos
+  assert "unseen" not in t and "seen" not in t
+  assert {c["demonstrations"] for c in t["cells"]} == {None}
+  assert t["all"]["n"] == 6 and t["all"]["after"] == pytest.approx(5 / 6)
+  assert t["all"]["after_vs_control"]["diff"] == pytest.approx(2 / 6)
+  assert t["all"]["after_vs_before"]["num_improved"] == 4
+  md = demo_tables.render_markdown(t, {"rl": 1.0, "control": 2.0},
+                                   {"before": "pretrained start", "control": "RFT control"})
+  assert "| domain | level | n | pretrained start | after RL | RFT control |" in md
+  assert "| a | 2 | 2 | 0.0 | 100.0 | 0.0 |" in md and "demos" not in md
+  assert "**all held-out problems** (n=6)" in md and "RL - control +33.3 pp" in md
+
+
 def test_bad_inputs():
   evals = _evals()
   del evals["control"]

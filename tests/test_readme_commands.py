@@ -71,8 +71,8 @@ _SLURM = ("launch/slurm_gpu.sbatch --nodes=2 --gpus_per_node=8 --dry_run "
 _SCAN = ("python experiments/scan_domains.py --config=configs/smollm2_135m_grpo.py "
          "--domains=all --levels=easiest --problems=4 --samples=8 --ks=1,8 "
          "--workdir=/tmp/rl_post/scan")
-_SMOLLM2_DEMO = ("python experiments/demo.py --config=configs/smollm2_135m_grpo.py "
-                 "--workdir=/tmp/rl_post/smollm2_demo")
+_SCRATCH_DEMO = ("python experiments/demo.py --config=configs/demo.py "
+                 "--workdir=/tmp/rl_post/scratch_demo")
 _EPISODES = ("python experiments/train_rl.py --config=configs/grpo_episodes.py:tiny "
              "--workdir=/tmp/rl_post/episodes_tiny")
 _DEMO_SEEDS = "python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds"
@@ -81,13 +81,14 @@ _PLOT_SEEDS = ("python experiments/plot_seeds.py "
                "--metrics_dir=experiments/results/demo_short_first/seed_{seed}_rl")
 
 COMMANDS = {
-    "bash launch/demo.sh": Entry(
-        argv=("{py}", "experiments/demo.py", "--config=configs/demo.py:tiny",
+    "bash launch/demo.sh": Entry(  # the real SmolLM2 at toy sizes
+        argv=("{py}", "experiments/demo.py", "--config=configs/smollm2_135m_grpo.py:tiny",
               "--workdir={work}/demo"),
-        outputs=("demo/report/summary.md", "demo/report/summary.json")),
+        outputs=("demo/report/summary.md", "demo/report/summary.json",
+                 "demo/control/samples.jsonl", "demo/rl/export/model_config.json")),
     _DEMO_SEEDS: Entry(
-        argv=("{py}", "experiments/demo_seeds.py", "--config=configs/demo.py:tiny", "--seeds=0",
-              "--workdir={work}/seeds", "--config.rl.num_steps=2"),
+        argv=("{py}", "experiments/demo_seeds.py", "--config=configs/smollm2_135m_grpo.py:tiny",
+              "--seeds=0", "--workdir={work}/seeds"),
         outputs=("seeds/seeds.json", "seeds/seeds.md", "seeds/seed_0/report/pass_rate.png",
                  "seeds/seeds_arms.png", "seeds/seeds_curves.png")),
     _PLOT_SEEDS: Entry(  # the recorded run's files, drawn into the test's folder
@@ -186,11 +187,10 @@ COMMANDS = {
               "--domains=arithmetic,rg/products", "--levels=easiest", "--problems=2",
               "--samples=2", "--ks=1,2", "--max_new_tokens=4", "--workdir={work}/scan"),
         outputs=("scan/scan.json", "scan/scan.md")),
-    _SMOLLM2_DEMO: Entry(
-        argv=("{py}", "experiments/demo.py", "--config=configs/smollm2_135m_grpo.py:tiny",
-              "--workdir={work}/smollm2_demo"),
-        outputs=("smollm2_demo/report/summary.md", "smollm2_demo/control/samples.jsonl",
-                 "smollm2_demo/rl/export/model_config.json")),
+    _SCRATCH_DEMO: Entry(
+        argv=("{py}", "experiments/demo.py", "--config=configs/demo.py:tiny",
+              "--workdir={work}/scratch_demo"),
+        outputs=("scratch_demo/report/summary.md", "scratch_demo/report/summary.json")),
     _TPU_POD: Entry(argv=tuple(_TPU_POD.split())),  # --dry_run: prints, runs nothing
     _SLURM: Entry(argv=tuple(_SLURM.split())),
 }

@@ -28,7 +28,7 @@ def test_smoke_run_writes_steps_rss_and_cpu(tmp_path, capsys):
 
 
 def test_bad_arguments_are_usage_errors(tmp_path):
-  for bad in (["--steps=1"], ["--new_tokens=6x"]):
+  for bad in (["--steps=1"], ["--new_tokens=6x"], ["--grad_accum=1,x"]):
     with pytest.raises(SystemExit) as exit_info:
       smollm2_step.main(bad + [f"--out={tmp_path / 's.json'}"])
     assert exit_info.value.code == 2

@@ -1,7 +1,9 @@
 r"""SmolLM2-135M GRPO steps as a user runs them: per-step rollout speed, first step
-against later ones, compile and setup time, peak RSS (issue 41).
+against later ones, compile and setup time, and peak RSS with the update in one
+batch against micro-batches (`rl.grad_accum`), measured in the same run.
 
-  PYTHONPATH=. python experiments/benchmarks/smollm2_step.py             # 64 and 128 new tokens
+  PYTHONPATH=. python experiments/benchmarks/smollm2_step.py   # 64 and 128 new tokens, 1 and 4
+                                                                # micro-batches
   PYTHONPATH=. python experiments/benchmarks/smollm2_step.py --new_tokens=64 --steps=4
   PYTHONPATH=. python experiments/benchmarks/smollm2_step.py --smoke --out=/tmp/s.json
 
@@ -39,14 +41,14 @@ STEP_KEYS = {"rollout_s": "time/rollout_s", "rollout_tok_s": "throughput/rollout
              "response_len": "response_len/mean"}
 
 
-def run_setting(new_tokens: int, steps: int, smoke: bool, workdir: str) -> dict:
+def run_setting(new_tokens: int, grad_accum: int, steps: int, smoke: bool, workdir: str) -> dict:
   """One child training run; its per-step rows, setup time and peak RSS."""
   config = CONFIG + (":tiny" if smoke else "")
   cmd = [sys.executable, "experiments/train_rl.py", f"--config={config}",
          f"--workdir={workdir}", f"--config.rl.num_steps={steps}",
          "--config.tasks.heldout_size=0", f"--config.rl.checkpoint_every={steps}"]
   if not smoke:
-    cmd.append(f"--config.rl.max_new_tokens={new_tokens}")
+    cmd += [f"--config.rl.max_new_tokens={new_tokens}", f"--config.rl.grad_accum={grad_accum}"]
   env = dict(os.environ, PYTHONPATH=ROOT)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)  # as a user runs it: every program compiles
   start = time.perf_counter()
@@ -66,7 +68,8 @@ def run_setting(new_tokens: int, steps: int, smoke: bool, workdir: str) -> dict:
                                             for k, key in STEP_KEYS.items()}))
         if "time/setup_s" in m:
           setup_s = m["time/setup_s"]
-  return dict(new_tokens=new_tokens, steps=rows, setup_s=setup_s, wall_s=wall_s,
+  return dict(new_tokens=new_tokens, grad_accum=None if smoke else grad_accum, steps=rows,
+              setup_s=setup_s, wall_s=wall_s,
               peak_rss_gib=usage.ru_maxrss * 1024 / 2**30)
 
 
@@ -80,21 +83,25 @@ def summary(setting: dict) -> dict:
 
 
 def table(settings: list[dict]) -> str:
-  lines = [f"{'new':>4} {'step':>4} {'rollout s':>9} {'tok/s':>6} {'update s':>8} "
+  lines = [f"{'new':>4} {'accum':>5} {'step':>4} {'rollout s':>9} {'tok/s':>6} {'update s':>8} "
            f"{'compile s':>9} {'programs':>8} {'step s':>7}"]
   for s in settings:
+    accum = "-" if s["grad_accum"] is None else s["grad_accum"]
     for r in s["steps"]:
-      lines.append(f"{s['new_tokens']:>4} {r['step']:>4} {r['rollout_s']:>9.1f} "
+      lines.append(f"{s['new_tokens']:>4} {accum:>5} {r['step']:>4} {r['rollout_s']:>9.1f} "
                    f"{r['rollout_tok_s']:>6.0f} {r['update_s']:>8.1f} {r['compile_s']:>9.1f} "
                    f"{r['programs']:>8.0f} {r['step_s']:>7.1f}")
-    lines.append(f"{s['new_tokens']:>4} setup {s['setup_s']:.1f}s, process wall-clock "
-                 f"{s['wall_s']:.1f}s, peak RSS {s['peak_rss_gib']:.2f} GiB")
+    lines.append(f"{s['new_tokens']:>4} {accum:>5} setup {s['setup_s']:.1f}s, process "
+                 f"wall-clock {s['wall_s']:.1f}s, peak RSS {s['peak_rss_gib']:.2f} GiB")
   return "\n".join(lines)
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--new_tokens", default="64,128", help="rl.max_new_tokens values")
+  parser.add_argument("--grad_accum", default="1,4",
+                      help="rl.grad_accum values (micro-batches of the update; 1: the whole "
+                      "batch at once, the baseline of the config's 4)")
   parser.add_argument("--steps", type=int, default=3, help="RL steps per setting (>= 2)")
   parser.add_argument("--smoke", action="store_true", help="the config's tiny variant, 2 steps")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -104,15 +111,20 @@ def main(argv=None):
     new_tokens = [int(n) for n in args.new_tokens.split(",")]
   except ValueError:
     parser.error(f"--new_tokens must be comma-separated ints, got {args.new_tokens!r}")
+  try:
+    grad_accums = [int(n) for n in args.grad_accum.split(",")]
+  except ValueError:
+    parser.error(f"--grad_accum must be comma-separated ints, got {args.grad_accum!r}")
   if args.steps < 2:
     parser.error("--steps must be >= 2 (the first step against later ones)")
   steps = 2 if args.smoke else args.steps
-  if args.smoke:
-    new_tokens = new_tokens[:1]
+  if args.smoke:  # the tiny variant's own lengths and micro-batches
+    new_tokens, grad_accums = new_tokens[:1], grad_accums[:1]
   settings = []
   for n in new_tokens:
-    with tempfile.TemporaryDirectory() as workdir:
-      settings.append(run_setting(n, steps, args.smoke, workdir))
+    for accum in grad_accums:
+      with tempfile.TemporaryDirectory() as workdir:
+        settings.append(run_setting(n, accum, steps, args.smoke, workdir))
   for s in settings:
     s["summary"] = summary(s)
   cpu = host_cpu.describe()

@@ -9,8 +9,10 @@ RL) and "control" (more SFT for about the wall-clock of RL). Outputs:
   whatever its share of the held-out set) with a 95% interval;
 - `cells`: per (domain, level) completion of each arm, and whether the
   level had demonstrations;
-- `unseen` / `seen`: the problems at levels without / with
-  demonstrations, each arm's rate and the paired RL - control change.
+- `all`: every problem, each arm's rate and the paired RL - control and
+  RL - start changes;
+- `unseen` / `seen`: the same for the problems at levels without / with
+  demonstrations (not for a start that saw none: a pretrained model).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from rl_post.eval import stats
 ARMS = ("before", "after", "control")
 _LABELS = {"before": "SFT (RL start)", "after": "after RL", "control": "SFT control"}
 _NAMES = {"before": "SFT start", "after": "after RL", "control": "SFT control"}
+
+
+def arm_names(names: Mapping[str, str] | None = None) -> dict:
+  """{arm: short name}: the from-scratch demo's, with `names` replacing some."""
+  return dict(_NAMES, **(names or {}))
 
 
 def _arrays(evals: Mapping[str, Mapping[str, Any]]):
@@ -85,21 +92,29 @@ def demo_tables(evals: Mapping[str, Mapping[str, Any]],
   Args:
     evals: {"before", "after", "control"} -> per-problem eval.
     demo_levels: {domain: levels that had demonstrations}; a domain not
-      listed had demonstrations at every level.
+      listed had demonstrations at every level. None: no arm was trained on
+      demonstrations (a pretrained start): no seen/unseen split, and the
+      cells' "demonstrations" is None.
   """
   correct, domain_N, level_N = _arrays(evals)
-  has_demo_N = np.array([level in tuple(demo_levels.get(d, (level,)))
-                         for d, level in zip(domain_N.tolist(), level_N.tolist())])
+  has_demo_N = None
+  if demo_levels is not None:
+    has_demo_N = np.array([level in tuple(demo_levels.get(d, (level,)))
+                           for d, level in zip(domain_N.tolist(), level_N.tolist())])
   cells = []
   for d in sorted(set(domain_N.tolist())):
     for level in sorted(set(level_N[domain_N == d].tolist())):
       sel = (domain_N == d) & (level_N == level)
-      cells.append({"domain": d, "level": int(level), "demonstrations": bool(has_demo_N[sel][0]),
+      demonstrations = None if has_demo_N is None else bool(has_demo_N[sel][0])
+      cells.append({"domain": d, "level": int(level), "demonstrations": demonstrations,
                     "n": int(sel.sum()), **_arm_rates(correct, sel)})
   out = {"macro": {arm: macro_rate(correct[arm], domain_N) for arm in ARMS},
          "cells": cells}
   out["macro_diff"] = out["macro"]["after"]["rate"] - out["macro"]["before"]["rate"]
-  for name, sel in (("unseen", ~has_demo_N), ("seen", has_demo_N)):
+  subsets = [("all", np.ones_like(domain_N, bool))]
+  if has_demo_N is not None:
+    subsets += [("unseen", ~has_demo_N), ("seen", has_demo_N)]
+  for name, sel in subsets:
     out[name] = {"n": int(sel.sum()),
                  **(_arm_rates(correct, sel) if sel.any() else {}),
                  "after_vs_control": _paired(correct, sel, "control", "after"),
@@ -123,7 +138,7 @@ def render_markdown(tables: Mapping[str, Any], wall_s: Mapping[str, float],
   """The tables as Markdown (appended to the demo's summary.md); `names` names the
   arms (default: the from-scratch demo's SFT start and SFT control)."""
   labels = dict(_LABELS) if names is None else dict(_NAMES, **names)
-  names = dict(_NAMES, **(names or {}))
+  names = arm_names(names)
   start, control = names["before"], names["control"]
   macro = tables["macro"]
   lines = [f"## {start} vs RL vs {control} (greedy)", "",
@@ -139,16 +154,23 @@ def render_markdown(tables: Mapping[str, Any], wall_s: Mapping[str, float],
   if "macro_strict" in tables:  # answer formats followed strictly, apart from the answers
     lines += ["", "Format-strict, averaged over domains: " + ", ".join(
         f"{labels[arm]} {_pct(tables['macro_strict'][arm]['rate'])}" for arm in ARMS) + "."]
+  demos = "unseen" in tables  # the start was trained on demonstrations of some levels
+  if "macro_sampled" in tables:  # one sample per problem at the RL temperature
+    lines += ["", "Sampled (pass@1), averaged over domains: " + ", ".join(
+        f"{labels[arm]} {_pct(tables['macro_sampled'][arm]['rate'])}" for arm in ARMS) + "."]
   lines += ["", f"RL - {start}, averaged over domains: {100 * tables['macro_diff']:+.1f} pp.",
-            "", "Per domain and level (completion %; demos: the level had SFT "
-            "demonstrations):", "",
-            f"| domain | level | demos | n | {start} | after RL | {control} |",
-            "|---|---|---|---|---|---|---|"]
+            "", "Per domain and level (completion %" + ("; demos: the level had SFT "
+                                                          "demonstrations" if demos else "")
+            + "):", "",
+            f"| domain | level |{' demos |' if demos else ''} n | {start} | after RL | "
+            f"{control} |", "|---" * (7 if demos else 6) + "|"]
   for c in tables["cells"]:
-    lines.append(f"| {c['domain']} | {c['level']} | {'yes' if c['demonstrations'] else 'no'} | "
-                 f"{c['n']} | {_pct(c['before'])} | {_pct(c['after'])} | {_pct(c['control'])} |")
-  for name, label in (("unseen", "levels without demonstrations"),
-                      ("seen", "levels with demonstrations")):
+    demo_cell = f" {'yes' if c['demonstrations'] else 'no'} |" if demos else ""
+    lines.append(f"| {c['domain']} | {c['level']} |{demo_cell} {c['n']} | {_pct(c['before'])} | "
+                 f"{_pct(c['after'])} | {_pct(c['control'])} |")
+  subsets = ((("unseen", "levels without demonstrations"), ("seen", "levels with demonstrations"))
+             if demos else (("all", "all held-out problems"),))
+  for name, label in subsets:
     t = tables[name]
     if not t["n"]:
       continue

@@ -52,7 +52,7 @@ def demo_points(summary: Mapping) -> dict[str, dict]:
     points[label] = {"domains": dict(demo["macro"][arm]["by_domain"]),
                      "cells": {f"{c['domain']}/{c['level']}": c[arm] for c in demo["cells"]},
                      "unseen": [f"{c['domain']}/{c['level']}" for c in demo["cells"]
-                                if not c["demonstrations"]]}
+                                if c["demonstrations"] is False]}
   return points
 
 

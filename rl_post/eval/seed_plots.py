@@ -1,7 +1,8 @@
 """The demo's plots over seeds (matplotlib Agg), from seeds.json and each seed's RL metrics.
 
   seeds_arms.png    greedy held-out completion of the three arms (SFT start,
-                    after GRPO, SFT control) averaged over domains and per
+                    after GRPO, SFT control; the pretrained demo's pretrained
+                    start and RFT control) averaged over domains and per
                     (domain, level): mean over seeds (bar), std (error bar)
                     and every seed (dots)
   seeds_curves.png  per RL step and seed: reward (rolling mean), KL to the
@@ -49,7 +50,7 @@ def arm_groups(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, l
   for cell in rows[0]["cells"]:
     key = (cell["domain"], cell["level"])
     if all(key in k for k in keyed):
-      label = f"{key[0]} L{key[1]}" + ("" if cell["demonstrations"] else "\n(no demos)")
+      label = f"{key[0]} L{key[1]}" + ("\n(no demos)" if cell["demonstrations"] is False else "")
       groups.append((label, {a: [float(k[key][a]) for k in keyed] for a, _ in ARMS}))
   return groups
 
@@ -61,7 +62,9 @@ def plot_arms(path: str, rows: Sequence[Mapping[str, Any]], *, title: str) -> No
   FigureCanvasAgg(fig)
   ax = fig.subplots()
   x_G, width = np.arange(len(groups)), 0.27
-  for i, (arm, name) in enumerate(ARMS):
+  names = rows[0].get("names") or {}  # the demo's own arm names (a pretrained start's)
+  for i, (arm, default) in enumerate(ARMS):
+    name = "after GRPO" if arm == "after" else names.get(arm, default)
     values = [100 * np.asarray(g[1][arm]) for g in groups]
     means = [v.mean() for v in values]
     stds = [v.std(ddof=1) if v.size > 1 else 0.0 for v in values]

@@ -16,14 +16,19 @@ from typing import Any
 
 from scipy import stats as scipy_stats
 
+from rl_post.eval import demo_tables
+
 # (field, the summary.json eval or comparison it comes from)
 RATE_FIELDS = ("before", "after", "before_sampled", "after_sampled")
 DIFF_FIELDS = {"diff": "", "diff_sampled": "_sampled"}
 # From summary.json's "demo" tables (rl_post.eval.demo_tables), when present: the control
-# arm, rates averaged over domains, and the levels without demonstrations.
+# arm, rates averaged over domains (greedy and sampled), RL - control paired over all
+# problems, and the levels without demonstrations (a start trained on demonstrations).
 DEMO_FIELDS = ("control", "control_sampled", "macro_before", "macro_after", "macro_control",
-               "macro_diff", "unseen_before", "unseen_after", "unseen_control",
-               "unseen_after_vs_control", "rl_wall_s", "control_wall_s")
+               "macro_diff", "macro_sampled_before", "macro_sampled_after",
+               "macro_sampled_control", "macro_sampled_diff", "after_vs_control",
+               "unseen_before", "unseen_after", "unseen_control", "unseen_after_vs_control",
+               "rl_wall_s", "control_wall_s")
 FIELDS = (*RATE_FIELDS, *DIFF_FIELDS)
 
 
@@ -56,15 +61,21 @@ def seed_row(seed: int, summary: Mapping[str, Any]) -> dict:
 def demo_fields(summary: Mapping[str, Any]) -> dict:
   """The DEMO_FIELDS of a summary with "demo" tables, and control per domain."""
   demo, evals = summary["demo"], summary["evals"]
-  unseen = demo["unseen"]
+  unseen = demo.get("unseen", {})
   out = {"control": evals["control"]["completion_rate"],
          "control_sampled": evals["control_sampled"]["completion_rate"],
          "macro_diff": demo["macro_diff"],
-         "unseen_after_vs_control": (unseen["after_vs_control"] or {}).get("diff"),
-         "rl_wall_s": demo["wall_s"]["rl"], "control_wall_s": demo["wall_s"]["control"]}
+         "after_vs_control": (demo.get("all", {}).get("after_vs_control") or {}).get("diff"),
+         "unseen_after_vs_control": (unseen.get("after_vs_control") or {}).get("diff"),
+         "rl_wall_s": demo["wall_s"]["rl"], "control_wall_s": demo["wall_s"]["control"],
+         "names": demo_tables.arm_names(demo.get("names"))}
   for arm in ("before", "after", "control"):
     out[f"macro_{arm}"] = demo["macro"][arm]["rate"]
     out[f"unseen_{arm}"] = unseen.get(arm)
+    if "macro_sampled" in demo:
+      out[f"macro_sampled_{arm}"] = demo["macro_sampled"][arm]["rate"]
+  if "macro_sampled" in demo:
+    out["macro_sampled_diff"] = out["macro_sampled_after"] - out["macro_sampled_before"]
   out["cells"] = demo["cells"]
   return out
 
@@ -164,29 +175,42 @@ def render_markdown(title: str, rows: Sequence[Mapping[str, Any]], agg: Mapping[
 
 
 def _demo_lines(rows: Sequence[Mapping[str, Any]], agg: Mapping[str, Any]) -> list[str]:
-  """The control arm, the domain average and the levels without demonstrations."""
-  lines = ["", "## SFT start vs RL vs SFT control (greedy)", "",
-           "macro: completion averaged over domains; unseen: levels without SFT "
-           "demonstrations; RL - control on the same unseen problems.", "",
-           "| seed | macro SFT | macro RL | macro control | macro Δ pp | unseen SFT | "
-           "unseen RL | unseen control | unseen RL - control pp | RL s | control s |",
-           "|---" * 11 + "|"]
+  """The control arm, the domain averages and, for a start trained on demonstrations,
+  the levels without them."""
+  names = rows[0].get("names") or demo_tables.arm_names()
+  start, control = names["before"], names["control"]
+  demos = any(r.get("unseen_before") is not None for r in rows)
+  columns = [("macro_before", f"macro {start}", False), ("macro_after", "macro RL", False),
+             ("macro_control", f"macro {control}", False), ("macro_diff", "macro Δ pp", True)]
+  if any(r.get("macro_sampled_after") is not None for r in rows):
+    columns += [("macro_sampled_before", "sampled macro start", False),
+                ("macro_sampled_after", "sampled macro RL", False),
+                ("macro_sampled_diff", "sampled macro Δ pp", True)]
+  columns.append(("after_vs_control", "RL - control pp (all)", True))
+  if demos:
+    columns += [("unseen_before", "unseen start", False), ("unseen_after", "unseen RL", False),
+                ("unseen_control", "unseen control", False),
+                ("unseen_after_vs_control", "unseen RL - control pp", True)]
+  note = ("macro: completion averaged over domains (greedy; sampled: one sample per problem "
+          "at the RL temperature); RL - control: paired, on the same problems")
+  note += "; unseen: levels without SFT demonstrations." if demos else "."
+  lines = ["", f"## {start} vs RL vs {control}", "", note, "",
+           "| seed | " + " | ".join(c[1] for c in columns) + " | RL s | control s |",
+           "|---" * (len(columns) + 3) + "|"]
   for r in rows:
-    lines.append(
-        f"| {r['seed']} | {_pct(r['macro_before'])} | {_pct(r['macro_after'])} | "
-        f"{_pct(r['macro_control'])} | {_pct(r['macro_diff'], True)} | "
-        f"{_pct(r.get('unseen_before'))} | {_pct(r.get('unseen_after'))} | "
-        f"{_pct(r.get('unseen_control'))} | {_pct(r.get('unseen_after_vs_control'), True)} | "
-        f"{r['rl_wall_s']:.0f} | {r['control_wall_s']:.0f} |")
+    lines.append(f"| {r['seed']} | " + " | ".join(_pct(r.get(f), signed) for f, _, signed
+                                                  in columns)
+                 + f" | {r['rl_wall_s']:.0f} | {r['control_wall_s']:.0f} |")
   lines += ["", "| field | mean ± std [95% t-interval] |", "|---|---|"]
   lines += [f"| {f} | {_spread_cell(agg[f], f.endswith(('diff', 'vs_control')))} |"
             for f in DEMO_FIELDS if f in agg and not f.endswith("wall_s")]
   if "cells" in agg:
-    lines += ["", "Per domain and level (mean ± std over seeds):", "",
-              "| domain | level | demos | SFT start | after RL | SFT control |",
-              "|---|---|---|---|---|---|"]
+    head = f"| domain | level |{' demos |' if demos else ''} {start} | after RL | {control} |"
+    lines += ["", "Per domain and level (greedy, mean ± std over seeds):", "", head,
+              "|---" * (6 if demos else 5) + "|"]
     for c in agg["cells"]:
-      lines.append(f"| {c['domain']} | {c['level']} | {'yes' if c['demonstrations'] else 'no'} | "
+      demo_cell = f" {'yes' if c['demonstrations'] else 'no'} |" if demos else ""
+      lines.append(f"| {c['domain']} | {c['level']} |{demo_cell} "
                    + " | ".join(_spread_cell(c[a], False) for a in ("before", "after", "control"))
                    + " |")
   return lines
