@@ -23,6 +23,7 @@ from configs import base
 
 def episodes_section(**overrides) -> dict:
   section = dict(enabled=True, domains=("data_questions", "fs_chores", "repo_repair"),
+                 tools=(),  # extra tools for every domain: names or "module:Class"
                  difficulties=(1,), max_turns=4, turn_tokens=48, call_success_weight=0.5,
                  tokenizer="call_vocab", call_vocab_copies=4, chat_template="auto",
                  stop_check_interval=8,

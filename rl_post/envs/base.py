@@ -22,7 +22,7 @@ on a snapshot of the end state) and `score`.
 
 import abc
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
 from rl_post.envs import protocol, tools
 from rl_post.envs.tools import CallOutcome, PlannedCall, ToolLimits, Workspace
@@ -45,15 +45,23 @@ class StepInfo:
 
 
 class Env(abc.ABC):
-  """One episode at a time; reusable across episodes via `reset`."""
+  """One episode at a time; reusable across episodes via `reset`.
+
+  `tools` (class attribute) names the tools the domain offers, each a
+  registered name or "module:Class" (`rl_post.envs.tools.registry`);
+  `extra_tools` (specs or `Tool`s) adds more per instance (the config's
+  `episodes.tools`); a tool offered twice is listed once.
+  """
 
   tools: tuple = ()
 
-  def __init__(self, limits: ToolLimits = ToolLimits(), max_turns: int = 8):
+  def __init__(self, limits: ToolLimits = ToolLimits(), max_turns: int = 8,
+               extra_tools: Sequence = ()):
     if not isinstance(max_turns, int) or max_turns < 1:
       raise ValueError(f"max_turns must be an int >= 1, got {max_turns!r}")
     self.limits = limits
     self.max_turns = max_turns
+    self.toolset = tools.toolset(tuple(self.tools) + tuple(extra_tools))  # name -> Tool
     self.task: Optional[Task] = None
     self.workspace: Optional[Workspace] = None
     self.transcript = ""
@@ -77,9 +85,9 @@ class Env(abc.ABC):
 
   # -- the episode -------------------------------------------------------
   def prompt(self, task: Task) -> str:
-    if not self.tools:
+    if not self.toolset:
       return task.prompt
-    listing = "".join(f"- {tools.TOOL_DESCRIPTIONS[t]}\n" for t in self.tools)
+    listing = "".join(f"- {tool.description}\n" for tool in self.toolset.values())
     return f"{task.prompt}\n\n{INSTRUCTIONS}{listing}"
 
   def reset(self, task: Task) -> str:
@@ -98,12 +106,12 @@ class Env(abc.ABC):
       raise RuntimeError("step on a finished episode; call reset(task)")
     self.transcript += turn_text
     self.turns += 1
-    if not self.tools:
+    if not self.toolset:
       return None
     call = protocol.parse_tool_call(turn_text)
     if call is None:
       return None
-    return tools.plan_call(call, self.workspace, self.tools, self.limits)
+    return tools.plan_call(call, self.workspace, self.toolset, self.limits)
 
   def complete(self, planned: Optional[PlannedCall], result: Optional[ExecResult]):
     """(observation, done, info) after the planned call ran (result) or not."""

@@ -4,9 +4,10 @@ A randomly initialised model samples nearly uniformly from its vocabulary,
 so it would almost never spell out a tool call character by character.
 `CallVocabTokenizer` makes whole tool calls single tokens and repeats each
 of them `copies` times (distinct ids, same text), which sets how often a
-random model calls a tool without touching the model. Everything else is
-one token per character (printable ASCII, newline, tab; other characters
-encode to "?"). It satisfies the `rl_post.data.tokenizer.Tokenizer`
+random model calls a tool without touching the model. The calls are the
+tools' `examples` (`calls_for`), so a tool added from the config is called
+too. Everything else is one token per character (printable ASCII, newline,
+tab; other characters encode to "?"). It satisfies the `rl_post.data.tokenizer.Tokenizer`
 protocol where the episode loop needs it (encode, decode, pad_id, eos_id,
 vocab_size); the episode tests and benchmark use it with the tiny model.
 """
@@ -15,16 +16,25 @@ import dataclasses
 from typing import Sequence
 
 from rl_post.envs import protocol
+from rl_post.envs import tools as tools_lib
 
-DEFAULT_CALLS = (
-    protocol.format_call("bash", {"command": "ls"}),
-    protocol.format_call("bash", {"command": "cat README.md"}),
-    protocol.format_call("sql", {"query": "SELECT name FROM sqlite_master"}),
-    protocol.format_call("python", {"code": "print(1 + 1)"}),
-    protocol.format_call("submit", {"answer": "42"}),
+BUILTIN_TOOLS = ("bash", "sql", "python", "submit")
+BAD_CALLS = (
     protocol.CALL_OPEN + '{"name": bash}' + protocol.CALL_CLOSE,  # malformed on purpose
     protocol.CALL_OPEN + '{"name": "rm", "arguments": {}}' + protocol.CALL_CLOSE,
 )
+
+
+def calls_for(tools: Sequence) -> tuple:
+  """The whole-call tokens for `tools` (names, "module:Class" or Tools): each
+  tool's `examples` as calls, in order, then `BAD_CALLS` (an unparsable call
+  and an unknown tool)."""
+  calls = [protocol.format_call(tool.name, example)
+           for tool in tools_lib.toolset(tools).values() for example in tool.examples]
+  return tuple(calls) + BAD_CALLS
+
+
+DEFAULT_CALLS = calls_for(BUILTIN_TOOLS)
 CHARS = "\n\t" + "".join(chr(c) for c in range(32, 127))
 
 

@@ -16,6 +16,7 @@ _ANSWERS = ("42", "north", "ada", "")
 
 
 def oracle(task, observations) -> str:
+  """The built-in domain's oracle (a domain from "module:Class": its own `oracle_turn`)."""
   return DOMAINS[task.domain].oracle_turn(task, observations)
 
 

@@ -13,12 +13,14 @@ filtering, the guard, checkpoints and exact resume. The update trains on
 the rollout's loss mask, so tool-response tokens (loss mask 0, no
 behaviour log-prob) never carry loss, KL or value targets.
 
-Tasks come from the multi-step domains (`rl_post.envs.domains`), drawn as a
-function of (seed, iteration, round) so a resumed run repeats them; the
-sampling key is the trainer's. The episode reward is the verifier's on the
-end state plus `call_success_weight` x the episode's fraction of
-successful tool calls (a shaping term; 0 without calls). The tool sandbox
-is started on the first round and closed with the trainer.
+Tasks come from the multi-step domains (`rl_post.envs.domains`: a
+registered name or "module:Class" each), drawn as a function of (seed,
+iteration, round) so a resumed run repeats them; `episodes.tools` adds
+tools (name or "module:Class") to every domain's own. The sampling key is
+the trainer's. The episode reward is the verifier's on the end state plus
+`call_success_weight` x the episode's fraction of successful tool calls (a
+shaping term; 0 without calls). The tool sandbox is started on the first
+round and closed with the trainer.
 """
 
 import concurrent.futures
@@ -30,8 +32,9 @@ import numpy as np
 
 from rl_post.config_sections import check, from_section
 from rl_post.envs import chat
-from rl_post.envs.call_vocab import CallVocabTokenizer
-from rl_post.envs.domains import DOMAINS, make_env
+from rl_post.envs import domains as domains_lib
+from rl_post.envs import tools as tools_lib
+from rl_post.envs.call_vocab import BUILTIN_TOOLS, CallVocabTokenizer, calls_for
 from rl_post.envs.episodes import EpisodeConfig, run_episodes
 from rl_post.envs.metrics import EpisodeMetrics
 from rl_post.envs.tools import ToolLimits
@@ -51,7 +54,10 @@ class EpisodesConfig:
 
   Attributes:
     enabled: rollout rounds run episodes (off: the single-turn trainer).
-    domains: multi-step domains to draw tasks from (uniformly).
+    domains: multi-step domains to draw tasks from (uniformly): registered
+      names or "module:Class" of an `EnvDomain` subclass.
+    tools: tools offered in every episode besides its domain's own:
+      registered names or "module:Class" of a `Tool` subclass.
     difficulties: levels drawn uniformly per task.
     max_turns: model turns per episode.
     turn_tokens: sampling budget of one turn (`rl.max_new_tokens` is the
@@ -71,6 +77,7 @@ class EpisodesConfig:
   """
   enabled: bool = False
   domains: tuple = ("data_questions",)
+  tools: tuple = ()
   difficulties: tuple = (1,)
   max_turns: int = 4
   turn_tokens: int = 64
@@ -84,8 +91,12 @@ class EpisodesConfig:
 
   def __post_init__(self):
     check(isinstance(self.enabled, bool), "enabled", "must be a bool", self.enabled)
-    check(bool(self.domains) and all(d in DOMAINS for d in self.domains), "domains",
-          f"must be non-empty names from {sorted(DOMAINS)}", self.domains)
+    check(bool(self.domains) and all(isinstance(d, str) and domains_lib.is_known(d)
+                                     for d in self.domains), "domains",
+          f"must be non-empty names from {domains_lib.available()} or 'module:Class'",
+          self.domains)
+    check(all(isinstance(t, str) and tools_lib.is_known(t) for t in self.tools), "tools",
+          f"must be names from {tools_lib.available()} or 'module:Class'", self.tools)
     check(bool(self.difficulties) and all(isinstance(k, int) and k >= 1
                                           for k in self.difficulties),
           "difficulties", "must be non-empty ints >= 1", self.difficulties)
@@ -105,12 +116,50 @@ class EpisodesConfig:
       field = "max_turns" if "max_turns" in str(e) else "turn_tokens"
       raise ValueError(f"{field} must be an int >= 1, got {getattr(self, field)!r}") from None
     object.__setattr__(self, "domains", tuple(self.domains))
+    object.__setattr__(self, "tools", tuple(self.tools))
     object.__setattr__(self, "difficulties", tuple(self.difficulties))
     object.__setattr__(self, "limits", dict(self.limits))
     object.__setattr__(self, "sandbox", dict(self.sandbox))
     # validated now, so a typo fails at start-up, not at the first round
     from_section(ToolLimits, self.limits, "episodes.limits")
     from_section(SandboxConfig, self.sandbox, "episodes.sandbox")
+
+  def env_domains(self) -> dict:
+    """spec -> EnvDomain for `domains`.
+
+    Raises:
+      ConfigError: on `episodes.domains`, for a domain that does not load.
+    """
+    out = {}
+    for spec in self.domains:
+      try:
+        out[spec] = domains_lib.make_domain(spec)
+        tools_lib.toolset(out[spec].env_class.tools)  # the domain's own tools load
+      except ValueError as e:
+        raise ConfigError("episodes.domains", spec, str(e)) from None
+    names = [d.name for d in out.values()]
+    if len(set(names)) != len(names):
+      raise ConfigError("episodes.domains", self.domains,
+                        f"name one domain twice (their names: {names})")
+    return out
+
+  def extra_tools(self) -> tuple:
+    """The Tools of `tools`.
+
+    Raises:
+      ConfigError: on `episodes.tools`, for a tool that does not load.
+    """
+    out = []
+    for spec in self.tools:
+      try:
+        out.append(tools_lib.make_tool(spec))
+      except ValueError as e:
+        raise ConfigError("episodes.tools", spec, str(e)) from None
+    try:
+      tools_lib.toolset(out)
+    except ValueError as e:
+      raise ConfigError("episodes.tools", self.tools, str(e)) from None
+    return tuple(out)
 
   @property
   def tool_limits(self) -> ToolLimits:
@@ -122,9 +171,22 @@ class EpisodesConfig:
 
 
 def load(section) -> Optional[EpisodesConfig]:
-  """The validated section, or None when absent or not enabled (single-turn rounds)."""
+  """The validated section, or None when absent or not enabled (single-turn rounds).
+
+  Raises:
+    ConfigError: naming `episodes.domains` or `episodes.tools` for an entry
+      that does not load (a bad "module:Class", a class of the wrong kind).
+  """
   config = from_section(EpisodesConfig, section, "episodes")
-  return config if config.enabled else None
+  if not config.enabled:
+    return None
+  extra = config.extra_tools()  # loaded now, so a bad name fails at start-up
+  for spec, domain in config.env_domains().items():
+    try:
+      tools_lib.toolset(tuple(domain.env_class.tools) + extra)
+    except ValueError as e:
+      raise ConfigError("episodes.tools", config.tools, f"with domain {spec!r}: {e}") from None
+  return config
 
 
 def tokenizer_for(config) -> Optional[CallVocabTokenizer]:
@@ -132,7 +194,10 @@ def tokenizer_for(config) -> Optional[CallVocabTokenizer]:
   section = load(config.get("episodes"))
   if section is None or section.tokenizer != "call_vocab":
     return None
-  return CallVocabTokenizer(copies=section.call_vocab_copies)
+  if not section.tools:
+    return CallVocabTokenizer(copies=section.call_vocab_copies)
+  return CallVocabTokenizer(calls=calls_for(BUILTIN_TOOLS + section.extra_tools()),
+                            copies=section.call_vocab_copies)
 
 
 def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
@@ -178,14 +243,23 @@ def reward_batch(verifier_N, calls_N, successes_N, weight: float) -> RewardBatch
       error_counts={kind: 0 for kind in ERROR_KINDS})
 
 
-def draw_tasks(config: EpisodesConfig, seed: int, it: int, rnd: int, batch_size: int):
-  """`batch_size` tasks, a function of (seed, iteration, round) only."""
+def draw_tasks(config: EpisodesConfig, seed: int, it: int, rnd: int, batch_size: int,
+               domains: Optional[dict] = None):
+  """`batch_size` tasks, a function of (seed, iteration, round) only.
+
+  domains: spec -> EnvDomain (`config.env_domains()`, loaded when None).
+  """
+  domains = config.env_domains() if domains is None else domains
   rng = np.random.default_rng([seed, it, rnd])
   tasks = []
   for _ in range(batch_size):
-    name = config.domains[int(rng.integers(len(config.domains)))]
+    spec = config.domains[int(rng.integers(len(config.domains)))]
     level = config.difficulties[int(rng.integers(len(config.difficulties)))]
-    tasks.append(DOMAINS[name].generate(rng, level))
+    task = domains[spec].generate(rng, level)
+    if task.domain != domains[spec].name:  # episodes are routed to their envs by this name
+      raise ValueError(f"env domain {spec!r} made a task of domain {task.domain!r}; its "
+                       f"tasks must carry its name {domains[spec].name!r}")
+    tasks.append(task)
   return tasks
 
 
@@ -201,6 +275,9 @@ class EpisodeRounds:
   def __init__(self, config: EpisodesConfig, *, seed: int, tokenizer, sampling):
     self.config = config
     self.seed = int(seed)
+    self.domains = config.env_domains()  # spec -> EnvDomain
+    self._by_name = {d.name: d for d in self.domains.values()}  # task.domain -> EnvDomain
+    self.extra_tools = config.extra_tools()
     self.tokenizer = tokenizer
     self.sampling = dataclasses.replace(sampling,
                                         stop_check_interval=config.stop_check_interval)
@@ -225,6 +302,11 @@ class EpisodeRounds:
       self._sandbox.close()
       self._sandbox = None
 
+  def make_envs(self, tasks) -> list:
+    """A fresh environment per task, from its domain, with the configured extra tools."""
+    return [self._by_name[t.domain].make_env(limits=self.config.tool_limits,
+                                             extra_tools=self.extra_tools) for t in tasks]
+
   def launch(self, c, params, ref_params, timer, it: int, rnd: int) -> dict:
     """One round: B tasks x G episodes, scored; the same dict as the trainer's
     `_launch_round` (its rewards already done; reference log-probs dispatched)."""
@@ -235,9 +317,9 @@ class EpisodeRounds:
     if rnd:
       key = jax.random.fold_in(key, rnd)
     with timer("rollout"):
-      tasks = draw_tasks(self.config, self.seed, it, rnd, rl.batch_size)
+      tasks = draw_tasks(self.config, self.seed, it, rnd, rl.batch_size, self.domains)
       tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
-      envs = [make_env(t.domain, limits=self.config.tool_limits) for t in tasks_N]
+      envs = self.make_envs(tasks_N)
       result = run_episodes(params, envs, tasks_N, tokenizer=self.tokenizer,
                             model_config=c.model_config, sampling=self.sampling,
                             sandbox=self.sandbox, rng=key, config=self.config.episode,

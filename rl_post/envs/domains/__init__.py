@@ -1,17 +1,15 @@
 """Multi-step domains: tasks whose solution takes several tool calls.
 
-Each domain module defines `NAME`, `generate(rng, difficulty) -> Task`,
-`oracle_turn(task, observations) -> str` (a scripted policy that emits the
-right tool calls, used by tests and as SFT demonstrations) and an `Env`
-subclass whose verifier reads the end state.
+Each domain is an `EnvDomain` (`base.py`): `name`, `generate(rng,
+difficulty) -> Task`, `oracle_turn(task, observations) -> str` (a scripted
+policy that emits the right tool calls, used by tests and as SFT
+demonstrations) and `env_class`, an `Env` subclass whose verifier reads
+the end state. `DOMAINS` holds the built-in ones (`repo_repair`,
+`data_questions`, `fs_chores`); `make_domain` / `make_env` also take
+"module:Class" for a domain defined outside the package (`registry.py`).
 """
 
-from rl_post.envs.domains import data_questions, fs_chores, repo_repair
+from rl_post.envs.domains.base import EnvDomain
+from rl_post.envs.domains.registry import DOMAINS, available, is_known, make_domain, make_env
 
-DOMAINS = {m.NAME: m for m in (repo_repair, data_questions, fs_chores)}
-
-
-def make_env(name: str, **kwargs):
-  if name not in DOMAINS:
-    raise ValueError(f"unknown multi-step domain {name!r}; known: {sorted(DOMAINS)}")
-  return DOMAINS[name].make_env(**kwargs)
+__all__ = ["EnvDomain", "DOMAINS", "available", "is_known", "make_domain", "make_env"]

@@ -15,6 +15,7 @@ import numpy as np
 
 from rl_post.envs import protocol
 from rl_post.envs.base import Env
+from rl_post.envs.domains.base import EnvDomain
 from rl_post.envs.tools import Workspace
 from rl_post.tasks.base import Task
 
@@ -84,25 +85,6 @@ QUESTIONS = {
 }
 
 
-def generate(rng: np.random.Generator, difficulty: int) -> Task:
-  if difficulty not in (1, 2, 3):
-    raise ValueError(f"{NAME}: difficulty must be 1, 2 or 3, got {difficulty!r}")
-  while True:  # redraw until the asked answer is unique
-    teams, people, orders = _rows(rng, difficulty)
-    year = int(rng.choice([2023, 2024]))
-    kind = str(rng.choice(sorted(QUESTIONS)))
-    answer = _answers(teams, people, orders, year)[kind]
-    if answer is not None:
-      break
-  naming = NAMINGS[int(rng.integers(len(NAMINGS)))]
-  prompt = ("You have a SQLite database (tables unknown: inspect sqlite_master first). "
-            + QUESTIONS[kind].format(year=year))
-  return Task(task_id=f"{NAME}-{difficulty}-{int(rng.integers(1 << 30))}", domain=NAME,
-              prompt=prompt, difficulty=difficulty, target=str(answer),
-              metadata={"script": _script(naming, teams, people, orders), "kind": kind,
-                        "oracle_query": _oracle_query(kind, naming, year)})
-
-
 def database_bytes(script: str) -> bytes:
   conn = sqlite3.connect(":memory:")
   try:
@@ -110,18 +92,6 @@ def database_bytes(script: str) -> bytes:
     return conn.serialize()
   finally:
     conn.close()
-
-
-def oracle_turn(task: Task, observations: list) -> str:
-  """Reads the schema, runs the answering query, submits the value it printed."""
-  turn = len(observations) - 1
-  if turn == 0:
-    return protocol.format_call("sql", {"query": "SELECT name, sql FROM sqlite_master"})
-  if turn == 1:
-    return protocol.format_call("sql", {"query": task.metadata["oracle_query"]})
-  body = observations[-1].split(protocol.RESPONSE_OPEN)[-1].split(protocol.RESPONSE_CLOSE)[0]
-  value = json.loads(body.strip().splitlines()[0])[0]
-  return protocol.format_call("submit", {"answer": str(value)})
 
 
 def answers_match(submitted, target: str) -> bool:
@@ -147,5 +117,36 @@ class DataQuestionsEnv(Env):
     return float(answers_match(self.workspace.submitted, self.task.target))
 
 
-def make_env(**kwargs):
-  return DataQuestionsEnv(**kwargs)
+class DataQuestions(EnvDomain):
+  """SQLite questions that need the schema first (tools: sql, submit)."""
+  name = NAME
+  env_class = DataQuestionsEnv
+
+  def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
+    if difficulty not in (1, 2, 3):
+      raise ValueError(f"{NAME}: difficulty must be 1, 2 or 3, got {difficulty!r}")
+    while True:  # redraw until the asked answer is unique
+      teams, people, orders = _rows(rng, difficulty)
+      year = int(rng.choice([2023, 2024]))
+      kind = str(rng.choice(sorted(QUESTIONS)))
+      answer = _answers(teams, people, orders, year)[kind]
+      if answer is not None:
+        break
+    naming = NAMINGS[int(rng.integers(len(NAMINGS)))]
+    prompt = ("You have a SQLite database (tables unknown: inspect sqlite_master first). "
+              + QUESTIONS[kind].format(year=year))
+    return Task(task_id=f"{NAME}-{difficulty}-{int(rng.integers(1 << 30))}", domain=NAME,
+                prompt=prompt, difficulty=difficulty, target=str(answer),
+                metadata={"script": _script(naming, teams, people, orders), "kind": kind,
+                          "oracle_query": _oracle_query(kind, naming, year)})
+
+  def oracle_turn(self, task: Task, observations: list) -> str:
+    """Reads the schema, runs the answering query, submits the value it printed."""
+    turn = len(observations) - 1
+    if turn == 0:
+      return protocol.format_call("sql", {"query": "SELECT name, sql FROM sqlite_master"})
+    if turn == 1:
+      return protocol.format_call("sql", {"query": task.metadata["oracle_query"]})
+    body = observations[-1].split(protocol.RESPONSE_OPEN)[-1].split(protocol.RESPONSE_CLOSE)[0]
+    value = json.loads(body.strip().splitlines()[0])[0]
+    return protocol.format_call("submit", {"answer": str(value)})

@@ -12,6 +12,7 @@ import numpy as np
 
 from rl_post.envs import protocol
 from rl_post.envs.base import Env
+from rl_post.envs.domains.base import EnvDomain
 from rl_post.envs.tools import Workspace
 from rl_post.tasks.base import Task
 
@@ -55,29 +56,6 @@ def expected_files(files, chores):
   return out
 
 
-def generate(rng: np.random.Generator, difficulty: int) -> Task:
-  if difficulty not in (1, 2, 3):
-    raise ValueError(f"{NAME}: difficulty must be 1, 2 or 3, got {difficulty!r}")
-  files = _initial_files(rng)
-  chores = [str(c) for c in rng.choice(sorted(CHORES), size=difficulty + 1, replace=False)]
-  steps = "".join(f"- {CHORES[c][0]}\n" for c in chores)
-  prompt = (f"Your work dir holds some files. Do these chores, then call submit:\n{steps}"
-            "Leave every other file as it is.")
-  return Task(task_id=f"{NAME}-{difficulty}-{int(rng.integers(1 << 30))}", domain=NAME,
-              prompt=prompt, difficulty=difficulty, target=expected_files(files, chores),
-              metadata={"files": files, "chores": chores})
-
-
-def oracle_turn(task: Task, observations: list) -> str:
-  """ls, then one bash script doing the chores, then check, then submit."""
-  script = " && ".join(CHORES[c][1] for c in task.metadata["chores"])
-  turns = [protocol.format_call("bash", {"command": "ls -R"}),
-           protocol.format_call("bash", {"command": script}),
-           protocol.format_call("bash", {"command": "ls -R; cat count.txt 2>/dev/null; true"}),
-           protocol.format_call("submit", {})]
-  return "I will do the chores.\n" + turns[min(len(observations) - 1, len(turns) - 1)]
-
-
 class FsChoresEnv(Env):
   tools = ("bash", "submit")
 
@@ -99,5 +77,28 @@ class FsChoresEnv(Env):
     return 1.0
 
 
-def make_env(**kwargs):
-  return FsChoresEnv(**kwargs)
+class FsChores(EnvDomain):
+  """File-system chores checked on the final work dir (tools: bash, submit)."""
+  name = NAME
+  env_class = FsChoresEnv
+
+  def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
+    if difficulty not in (1, 2, 3):
+      raise ValueError(f"{NAME}: difficulty must be 1, 2 or 3, got {difficulty!r}")
+    files = _initial_files(rng)
+    chores = [str(c) for c in rng.choice(sorted(CHORES), size=difficulty + 1, replace=False)]
+    steps = "".join(f"- {CHORES[c][0]}\n" for c in chores)
+    prompt = (f"Your work dir holds some files. Do these chores, then call submit:\n{steps}"
+              "Leave every other file as it is.")
+    return Task(task_id=f"{NAME}-{difficulty}-{int(rng.integers(1 << 30))}", domain=NAME,
+                prompt=prompt, difficulty=difficulty, target=expected_files(files, chores),
+                metadata={"files": files, "chores": chores})
+
+  def oracle_turn(self, task: Task, observations: list) -> str:
+    """ls, then one bash script doing the chores, then check, then submit."""
+    script = " && ".join(CHORES[c][1] for c in task.metadata["chores"])
+    turns = [protocol.format_call("bash", {"command": "ls -R"}),
+             protocol.format_call("bash", {"command": script}),
+             protocol.format_call("bash", {"command": "ls -R; cat count.txt 2>/dev/null; true"}),
+             protocol.format_call("submit", {})]
+    return "I will do the chores.\n" + turns[min(len(observations) - 1, len(turns) - 1)]

@@ -15,6 +15,7 @@ import numpy as np
 
 from rl_post.envs import protocol
 from rl_post.envs.base import Env
+from rl_post.envs.domains.base import EnvDomain
 from rl_post.envs.tools import Workspace
 from rl_post.sandbox import grading
 from rl_post.tasks.base import Task
@@ -58,58 +59,6 @@ def _values(source, name, arg_list):
   return [namespace[name](*args) for args in arg_list]
 
 
-def generate(rng: np.random.Generator, difficulty: int) -> Task:
-  if difficulty not in (1, 2, 3):
-    raise ValueError(f"{NAME}: difficulty must be 1, 2 or 3, got {difficulty!r}")
-  pkg = str(rng.choice(PACKAGES))
-  names = [str(n) for n in rng.choice(sorted(FUNCTIONS), size=difficulty + 1, replace=False)]
-  buggy = names[int(rng.integers(len(names)))]
-  fixed = "\n\n".join(FUNCTIONS[n][0] for n in names)
-  good, bad = FUNCTIONS[buggy][1]
-  broken_fn = FUNCTIONS[buggy][0].replace(good, bad, 1)
-  broken = "\n\n".join(broken_fn if n == buggy else FUNCTIONS[n][0] for n in names)
-  visible, hidden = [], []
-  for n in names:
-    _, _, vis, hid = FUNCTIONS[n]
-    visible += [(n, a, v) for a, v in zip(vis, _values(fixed, n, vis))]
-    hidden += [grading.FunctionCase(_call(n, a), v) for a, v in zip(hid, _values(fixed, n, hid))]
-  test_lines = "".join(f"check({_call(n, a)!r}, {_call(n, a)}, {v!r})\n" for n, a, v in visible)
-  tests = textwrap.dedent(f"""\
-      import sys
-      sys.path.insert(0, ".")
-      from {pkg}.core import *
-
-      failures = 0
-      def check(label, got, want):
-        global failures
-        if got != want:
-          failures += 1
-          print(f"FAIL {{label}}: got {{got!r}}, want {{want!r}}")
-
-      """) + test_lines + 'print(f"{failures} failed")\nsys.exit(1 if failures else 0)\n'
-  files = {f"{pkg}/__init__.py": "", f"{pkg}/core.py": broken, "tests/test_core.py": tests,
-           "README.md": f"# {pkg}\nSmall helpers: {', '.join(names)}.\n"}
-  prompt = (f"The package {pkg}/ in your work dir has a bug: `python3 tests/test_core.py` "
-            "fails. Find and fix the bug in the package (do not edit the tests), then call "
-            "submit.")
-  return Task(task_id=f"{NAME}-{difficulty}-{int(rng.integers(1 << 30))}", domain=NAME,
-              prompt=prompt, difficulty=difficulty, target=[(c.expr, c.expected) for c in hidden],
-              metadata={"files": files, "module": f"{pkg}/core.py", "fixed_source": fixed,
-                        "buggy_function": buggy})
-
-
-def oracle_turn(task: Task, observations: list) -> str:
-  """Reads the code, runs the tests, rewrites the module, reruns them, submits."""
-  module = task.metadata["module"]
-  fix = f"cat > {module} <<'RL_POST_EOF'\n{task.metadata['fixed_source']}RL_POST_EOF\n"
-  turns = [protocol.format_call("bash", {"command": f"ls -R; cat {module}"}),
-           protocol.format_call("bash", {"command": "python3 tests/test_core.py"}),
-           protocol.format_call("bash", {"command": fix}),
-           protocol.format_call("bash", {"command": "python3 tests/test_core.py"}),
-           protocol.format_call("submit", {})]
-  return turns[min(len(observations) - 1, len(turns) - 1)]
-
-
 class RepoRepairEnv(Env):
   tools = ("bash", "python", "submit")
 
@@ -135,5 +84,57 @@ class RepoRepairEnv(Env):
     return 1.0 if grading.score_python_tests(prepared, result).all_passed else 0.0
 
 
-def make_env(**kwargs):
-  return RepoRepairEnv(**kwargs)
+class RepoRepair(EnvDomain):
+  """A planted bug graded by hidden tests (tools: bash, python, submit)."""
+  name = NAME
+  env_class = RepoRepairEnv
+
+  def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
+    if difficulty not in (1, 2, 3):
+      raise ValueError(f"{NAME}: difficulty must be 1, 2 or 3, got {difficulty!r}")
+    pkg = str(rng.choice(PACKAGES))
+    names = [str(n) for n in rng.choice(sorted(FUNCTIONS), size=difficulty + 1, replace=False)]
+    buggy = names[int(rng.integers(len(names)))]
+    fixed = "\n\n".join(FUNCTIONS[n][0] for n in names)
+    good, bad = FUNCTIONS[buggy][1]
+    broken_fn = FUNCTIONS[buggy][0].replace(good, bad, 1)
+    broken = "\n\n".join(broken_fn if n == buggy else FUNCTIONS[n][0] for n in names)
+    visible, hidden = [], []
+    for n in names:
+      _, _, vis, hid = FUNCTIONS[n]
+      visible += [(n, a, v) for a, v in zip(vis, _values(fixed, n, vis))]
+      hidden += [grading.FunctionCase(_call(n, a), v) for a, v in zip(hid, _values(fixed, n, hid))]
+    test_lines = "".join(f"check({_call(n, a)!r}, {_call(n, a)}, {v!r})\n" for n, a, v in visible)
+    tests = textwrap.dedent(f"""\
+        import sys
+        sys.path.insert(0, ".")
+        from {pkg}.core import *
+
+        failures = 0
+        def check(label, got, want):
+          global failures
+          if got != want:
+            failures += 1
+            print(f"FAIL {{label}}: got {{got!r}}, want {{want!r}}")
+
+        """) + test_lines + 'print(f"{failures} failed")\nsys.exit(1 if failures else 0)\n'
+    files = {f"{pkg}/__init__.py": "", f"{pkg}/core.py": broken, "tests/test_core.py": tests,
+             "README.md": f"# {pkg}\nSmall helpers: {', '.join(names)}.\n"}
+    prompt = (f"The package {pkg}/ in your work dir has a bug: `python3 tests/test_core.py` "
+              "fails. Find and fix the bug in the package (do not edit the tests), then call "
+              "submit.")
+    return Task(task_id=f"{NAME}-{difficulty}-{int(rng.integers(1 << 30))}", domain=NAME,
+                prompt=prompt, difficulty=difficulty, target=[(c.expr, c.expected) for c in hidden],
+                metadata={"files": files, "module": f"{pkg}/core.py", "fixed_source": fixed,
+                          "buggy_function": buggy})
+
+  def oracle_turn(self, task: Task, observations: list) -> str:
+    """Reads the code, runs the tests, rewrites the module, reruns them, submits."""
+    module = task.metadata["module"]
+    fix = f"cat > {module} <<'RL_POST_EOF'\n{task.metadata['fixed_source']}RL_POST_EOF\n"
+    turns = [protocol.format_call("bash", {"command": f"ls -R; cat {module}"}),
+             protocol.format_call("bash", {"command": "python3 tests/test_core.py"}),
+             protocol.format_call("bash", {"command": fix}),
+             protocol.format_call("bash", {"command": "python3 tests/test_core.py"}),
+             protocol.format_call("submit", {})]
+    return turns[min(len(observations) - 1, len(turns) - 1)]

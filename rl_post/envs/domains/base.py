@@ -1,0 +1,49 @@
+"""The `EnvDomain` interface: a multi-step domain's tasks, oracle and environment.
+
+  class WordHunt(EnvDomain):
+    name = "word_hunt"
+    env_class = WordHuntEnv                # an `rl_post.envs.base.Env` subclass
+
+    def generate(self, rng, difficulty):   # -> Task, with task.domain == self.name
+      ...
+
+    def oracle_turn(self, task, observations):
+      ...                                  # the next turn of a scripted solver
+
+Domains load by registered name or "module:Class"
+(`rl_post.envs.domains.registry`), so a domain defined outside the package
+is one module plus one config line (`episodes.domains`).
+"""
+
+import abc
+from typing import Optional
+
+import numpy as np
+
+from rl_post.envs.base import Env
+from rl_post.tasks.base import Task
+
+
+class EnvDomain(abc.ABC):
+  """A multi-step domain; stateless, so one instance serves every episode.
+
+  Attributes:
+    name: the domain's name; its tasks carry it as `task.domain` (episodes
+      are routed to environments and metrics by it).
+    env_class: the `Env` subclass an episode of this domain runs in.
+  """
+  name: str = ""
+  env_class: Optional[type] = None
+
+  @abc.abstractmethod
+  def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
+    """A task at `difficulty`, a function of `rng` alone."""
+
+  @abc.abstractmethod
+  def oracle_turn(self, task: Task, observations: list) -> str:
+    """The scripted solver's next turn (observations[0] is the prompt, observations[i]
+    the tool response after turn i); its episodes score 1."""
+
+  def make_env(self, **kwargs) -> Env:
+    """A fresh environment (`Env` keyword arguments: limits, max_turns, extra_tools)."""
+    return self.env_class(**kwargs)
