@@ -18,9 +18,53 @@ import math
 import os
 import subprocess
 import sys
+import threading
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEAK_RSS_LIMIT_BYTES = 6 * 10**9
+
+
+class _RssTimeline:
+  """Samples a process's resident set (/proc/<pid>/status) every 0.25 s, for the
+  failure message: where in the run the peak was."""
+
+  def __init__(self, pid: int):
+    self.samples, self._pid, self._start = [], pid, time.monotonic()
+    self._done = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+    self._thread.start()
+
+  def _run(self):
+    while not self._done.wait(0.25):
+      try:
+        with open(f"/proc/{self._pid}/status") as f:
+          fields = dict(line.split(":", 1) for line in f if line.startswith(("VmRSS", "VmHWM")))
+      except OSError:
+        return
+      self.samples.append((time.monotonic() - self._start,
+                           int(fields["VmRSS"].split()[0]) / 1e6,
+                           int(fields["VmHWM"].split()[0]) / 1e6))
+
+  def stop(self):
+    self._done.set()
+    self._thread.join()
+
+  def summary(self) -> str:
+    if not self.samples:
+      return "no samples"
+    t_peak, rss_peak, _ = max(self.samples, key=lambda s: s[1])
+    every_5s, last = [], -5.0
+    for t, rss, _ in self.samples:
+      if t - last >= 5:
+        every_5s.append(f"{t:.0f}s:{rss:.2f}")
+        last = t
+    return (f"sampled peak {rss_peak:.2f} GB at {t_peak:.0f} s, high-water mark "
+            f"{self.samples[-1][2]:.2f} GB; GB every 5 s: {' '.join(every_5s)}")
+
+
+def _trainer_lines(stderr: str) -> list[str]:
+  return [line[-160:] for line in stderr.splitlines() if "trainer.py" in line]
 
 
 def test_one_step_of_the_smollm2_config_at_128_new_tokens_fits_in_6_gb(tmp_path):
@@ -39,13 +83,17 @@ def test_one_step_of_the_smollm2_config_at_128_new_tokens_fits_in_6_gb(tmp_path)
        "--config.rl.grpo.entropy_coef=0.001"],
       cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
       env=env)
+  timeline = _RssTimeline(proc.pid)
   stderr = proc.stderr.read()
   _, status, usage = os.wait4(proc.pid, 0)
+  timeline.stop()
   proc.returncode = os.waitstatus_to_exitcode(status)
   assert proc.returncode == 0, stderr[-3000:]
 
-  peak_rss_bytes = usage.ru_maxrss * 1024  # Linux reports kilobytes
-  assert peak_rss_bytes <= PEAK_RSS_LIMIT_BYTES, f"peak RSS {peak_rss_bytes / 1e9:.2f} GB"
+  peak_rss_bytes = usage.ru_maxrss * 1024  # Linux reports kilobytes (its children included)
+  assert peak_rss_bytes <= PEAK_RSS_LIMIT_BYTES, (
+      f"peak RSS {peak_rss_bytes / 1e9:.2f} GB on {os.cpu_count()} CPUs; the trainer's own "
+      f"RSS over time: {timeline.summary()}; its log: {_trainer_lines(stderr)}")
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   step = [r for r in rows if r.get("step") == 1 and "loss" in r]
   assert len(step) == 1, rows

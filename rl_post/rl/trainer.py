@@ -212,6 +212,25 @@ def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
   return out
 
 
+def _release_before_update(step_fn, state, batch, compiled: set) -> None:
+  """Hands the heap's free pages back to the OS right before the update runs,
+  compiling it first when `batch`'s shapes are new (`compiled` records them).
+
+  On XLA:CPU the update's intermediates are one temp buffer, a single
+  allocation that lands on fresh pages above the heap's holes
+  (rl_post.training.host_memory). Those holes come from the rollout's decode
+  buffers and, on the first call of each shape, from the compiler's own
+  working memory, which grows with the compile threads (the host's cores).
+  Released after the compile, neither stays resident while the temp buffer
+  is (tests/test_smollm2_rl_step.py measures SmolLM2-135M's step).
+  """
+  key = (id(step_fn),) + tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch))
+  if key not in compiled:
+    step_fn.lower(state, batch).compile()
+    compiled.add(key)
+  host_memory.release_free_memory()
+
+
 @scoped_run
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) `config.rl.algorithm`; returns the final metrics."""
@@ -285,6 +304,7 @@ def train(config, workdir: str) -> dict:
   timer = StepTimer(compile_clock=compile_clock)
   # on XLA:CPU the device's buffers are host memory (rl_post.training.host_memory)
   release_memory = host_memory.runs_on_cpu()
+  compiled_shapes = set()  # (step_fn, batch shapes) compiled ahead: _release_before_update
   pipeline = (async_rewards.RolloutPipeline(rl.async_staleness, rl.num_steps, rl.checkpoint_every)
               if rl.async_rewards else None)
   progress = progress_lib.Progress(rl.num_steps, start, clock=time.perf_counter)
@@ -322,12 +342,14 @@ def train(config, workdir: str) -> dict:
       batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.mask_BxT))
     prefix_len = shared_prefix_len(rl, batch["tokens"])
     step_fn = c.step_fn_for(prefix_len)
-    if release_memory:  # the update's temp buffer is one allocation: see release_free_memory
-      host_memory.release_free_memory()
     with timer("train"):
       device = []
-      for mb in _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it)):
-        state, m = step_fn(state, process_data.put_batch(mb, c.batch_sharding))
+      minibatches = _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it))
+      for i, mb in enumerate(minibatches):
+        mb = process_data.put_batch(mb, c.batch_sharding)
+        if i == 0 and release_memory:
+          _release_before_update(step_fn, state, mb, compiled_shapes)
+        state, m = step_fn(state, mb)
         device.append(m)
       if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
         jax.block_until_ready(device)
