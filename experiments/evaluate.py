@@ -20,7 +20,7 @@ from ml_collections import config_flags
 
 from rl_post import cli
 from rl_post.errors import ConfigError
-from rl_post.eval import checkpoint_eval
+from rl_post.evaluate import checkpoint_eval
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate (default: the "

@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from rl_post import cli
 from rl_post.errors import ConfigError
-from rl_post.eval import scan
+from rl_post.evaluate import scan
 from rl_post.tasks import registry
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)

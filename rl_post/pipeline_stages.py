@@ -15,9 +15,10 @@ import numpy as np
 from absl import logging
 
 from rl_post.checkpoint.params import save_params
-from rl_post.eval import checkpoint_eval, demo_tables
+from rl_post.eval import demo_tables
 from rl_post.eval.completion import evaluate
 from rl_post.eval.report import write_report
+from rl_post.evaluate import checkpoint_eval
 from rl_post.metrics.writers import read_metrics
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding

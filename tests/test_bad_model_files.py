@@ -17,7 +17,7 @@ from configs import grpo_arithmetic
 from rl_post import models
 from rl_post.checkpoint.params import save_params
 from rl_post.errors import MissingInputError
-from rl_post.eval import checkpoint_eval
+from rl_post.evaluate import checkpoint_eval
 from rl_post.models import ModelConfig, gguf, hf, safetensors_io
 from rl_post.parallel import mesh as mesh_lib
 

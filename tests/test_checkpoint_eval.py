@@ -13,7 +13,7 @@ from rl_post.checkpoint.params import save_params
 from rl_post.config_sections import from_section
 from rl_post.data.tokenizer import SentencePieceTokenizer
 from rl_post.errors import ConfigError, MissingInputError
-from rl_post.eval import checkpoint_eval
+from rl_post.evaluate import checkpoint_eval
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer

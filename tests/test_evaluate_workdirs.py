@@ -15,7 +15,7 @@ from configs import ppo_arithmetic
 from rl_post.checkpoint.manager import CheckpointManager
 from rl_post.config_sections import from_section
 from rl_post.errors import MissingInputError
-from rl_post.eval import checkpoint_eval
+from rl_post.evaluate import checkpoint_eval
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.rl import config as rl_config
 from rl_post.rl import critic as critic_lib

@@ -15,7 +15,7 @@ from rl_post.checkpoint.params import save_params
 from rl_post.config_sections import from_section
 from rl_post.data.tokenizer import SentencePieceTokenizer
 from rl_post.errors import ConfigError
-from rl_post.eval import scan
+from rl_post.evaluate import scan
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.tasks import registry
 from rl_post.training import state as state_lib

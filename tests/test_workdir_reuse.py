@@ -146,7 +146,7 @@ def test_a_tokenizer_of_another_size_is_named_not_reported_as_a_shape_mismatch(
     tokenizer, sft_workdir, tmp_path):
   from configs import base
   from rl_post.data import build_tokenizer
-  from rl_post.eval import checkpoint_eval
+  from rl_post.evaluate import checkpoint_eval
   from rl_post.parallel import mesh as mesh_lib
   other_config = base.get_base()
   other_config.tokenizer.update(path=str(tmp_path / "other.model"), corpus_examples=2000,

@@ -22,7 +22,8 @@ import jax
 import numpy as np
 
 from rl_post.data.mixture import TaskMixture
-from rl_post.eval import checkpoint_eval, completion
+from rl_post.eval import completion
+from rl_post.evaluate import checkpoint_eval
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
 from rl_post.rl.components import rl_sections
@@ -36,7 +37,7 @@ def collect(config, checkpoint: str, out_path: str, *, batch_size: int = 0) -> d
 
   Args:
     config: an RL config (rl, tasks, rewards, tokenizer sections).
-    checkpoint: anything `rl_post.eval.checkpoint_eval` loads (.gguf, HF, export, workdir).
+    checkpoint: anything `rl_post.evaluate.checkpoint_eval` loads (.gguf, HF, export, workdir).
     out_path: the JSONL written ({"prompt", "response", "task_id", "domain",
       "difficulty"} per line).
     batch_size: responses per generate call (0: rl.batch_size * rl.num_generations).

@@ -154,7 +154,7 @@ def _row(name, fmt, level, outcomes, skipped, settings) -> dict:
 
 def scan(config, checkpoint: str, domain_names, settings: ScanSettings,
          on_rows=None) -> dict:
-  """Scans `checkpoint` (anything `rl_post.eval.checkpoint_eval` loads) over domains.
+  """Scans `checkpoint` (anything `rl_post.evaluate.checkpoint_eval` loads) over domains.
 
   Uses `config` for the tokenizer (and its system prompt), the mesh, the
   reward pool and each domain's options (`tasks.domain_options`).
@@ -166,7 +166,7 @@ def scan(config, checkpoint: str, domain_names, settings: ScanSettings,
     greedy, greedy_ci, greedy_strict, pass_at_k {k}, pass1_strict,
     mean_response_len, in_reach}]}
   """
-  from rl_post.eval import checkpoint_eval  # the loaders; heavy imports stay lazy
+  from rl_post.evaluate import checkpoint_eval  # the loaders; heavy imports stay lazy
   if not domain_names:
     raise ConfigError("--domains", "", "names no domain")
   unknown = [d for d in domain_names if not registry.is_known(d)]
