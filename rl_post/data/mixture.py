@@ -158,8 +158,8 @@ def level_probs(num_levels: int, ratios: Sequence[float]) -> np.ndarray:
 def _pick(rng: np.random.Generator, cdf: np.ndarray) -> int:
   """An index drawn with probabilities whose cumulative sums are `cdf`.
 
-  One uniform and a binary search: ~20x cheaper than `rng.choice(p=...)`,
-  which revalidates p on every call.
+  One uniform and a binary search: cheaper than `rng.choice(p=...)`, which
+  revalidates p on every call.
   """
   return min(int(np.searchsorted(cdf, rng.random(), side="right")), len(cdf) - 1)
 

@@ -1,10 +1,10 @@
 """Which CPU figures were measured on (stdlib only): benchmarks and seed tables record it.
 
 Timings move with the CPU, and so do framework-vs-framework ratios: the
-whole GRPO step of workload (b) against TRL was 1.94-2.20x on the project's
-earlier VMs and 2.9-3.3x on an AMD EPYC of family 26 (docs/baselines.md),
-because XLA's and torch's matmul kernels do not gain alike from a newer
-core. So result files name their CPU.
+whole GRPO step of workload (b) against TRL gives different ratios on the
+project's earlier VMs and on an AMD EPYC of family 26 (docs/results.md,
+"Whole GRPO step vs TRL and Tunix"), because XLA's and torch's matmul
+kernels do not gain alike from a newer core. So result files name their CPU.
 """
 
 import os

@@ -55,7 +55,7 @@ def default_dtype(config, platform=None):
   XLA:CPU runs the decode attention's batched products and the cache
   scatter in f32 whatever the operands' dtype, so a bf16 cache (mixed
   precision) would be converted whole, both ways, on every decode step
-  (~30% of a bf16 step of workload b, `experiments/benchmarks/decode_profile.py`).
+  (a large share of a bf16 step of workload b: `experiments/benchmarks/decode_profile.py`).
   The values written are the same bf16-computed keys and values.
   """
   platform = platform or jax.default_backend()

@@ -2,19 +2,20 @@
 
 The weight gradient of `x_MxK @ w_KxN` is `x^T @ g`, a matmul contracting
 over the rows of both operands. XLA folds the transpose into the dot, and
-XLA:CPU runs such a dot (`lhs_contracting_dims={0}`) through Eigen at
-~45 GFLOP/s on this project's CPU shapes instead of its ~65-80 GFLOP/s
-matmul path (`experiments/benchmarks/update_speed.py`). On CPU,
-`transposed_for_grad` therefore writes the transpose out first (an
-optimization barrier keeps XLA from folding it back); the copy is a few
-percent of the matmul. Other platforms get the plain transpose: their dots
-take any operand layout.
+XLA:CPU runs such a dot (`lhs_contracting_dims={0}`) through Eigen, below
+the speed of its matmul path on this project's CPU shapes
+(`experiments/benchmarks/update_speed.py` and `update_profile.py` measure
+the update; docs/algorithms.md). On CPU, `transposed_for_grad` therefore
+writes the transpose out first (an optimization barrier keeps XLA from
+folding it back); the copy is cheap next to the matmul. Other platforms get
+the plain transpose: their dots take any operand layout.
 
 Every product here accumulates in float32 (`dot_acc32`) and is rounded to
 its operands' dtype afterwards: the same numbers for f32, and for bf16
 (mixed precision) the fast path of XLA:CPU, whose bf16 x bf16 -> bf16 dot
-is ~2x slower than bf16 x bf16 -> f32 on AVX512-BF16 cores
-(`experiments/benchmarks/precision_matmul.py`).
+is slower than bf16 x bf16 -> f32 on AVX512-BF16 cores
+(`experiments/benchmarks/precision_matmul.py`; docs/baselines.md, "Matmuls
+by precision and operand layout").
 """
 
 import jax

@@ -46,8 +46,9 @@ class RLConfig:
     unroll_layers: layers per iteration of the update's loop over layers
       (1: a compact loop; >= model.num_layers: straight-line code, which
       spares XLA:CPU the loop's stacked residuals and in-loop transposes,
-      5-8% faster updates on the 4-layer benchmark model, at the cost of
-      compile time that grows with the number of layers).
+      hence faster updates on the 4-layer benchmark model, measured by
+      `experiments/benchmarks/update_settings.py` (docs/algorithms.md), at
+      the cost of compile time that grows with the number of layers).
     ref_dtype: storage dtype of the frozen reference params.
     eval_every: held-out evaluation period in steps (0: only at the end).
     checkpoint_every: checkpoint period in steps.

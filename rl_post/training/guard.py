@@ -65,8 +65,10 @@ def apply_if(ok: jax.Array, optimizer: optax.GradientTransformation, grads, opt_
   the donated params and optimizer state. Forming the new state first and
   then picking new or old leaf by leaf (`select`, with `ok` from the
   update's own norm) keeps new params and both Adam moments alive next to
-  the old ones: XLA:CPU's temp buffer for SmolLM2-135M's GRPO update was
-  2.06 GB that way, 1.84 GB this way (the backward pass's own peak).
+  the old ones, which raises XLA:CPU's temp buffer for the update above
+  the backward pass's own peak; this way the backward's peak is the
+  update's (the update's compiled peak for SmolLM2-135M:
+  `experiments/benchmarks/grpo_step.py`, docs/results.md "The RL update").
   A skipped update reports `update_norm` NaN. With finite gradients and a
   finite state AdamW's update is finite (its denominator is >= eps);
   callers still count a non-finite `update_norm` as skipped, so the loop's

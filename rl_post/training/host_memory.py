@@ -1,12 +1,13 @@
 """Host memory policy for XLA:CPU: keep freed memory instead of re-faulting it.
 
 XLA:CPU gives every call of a compiled program one temp buffer for all its
-intermediates (`compiled.memory_analysis().temp_size_in_bytes`: 71 MB for
-the update of `vs_trl.py`'s 4-layer d=128 model). glibc serves an
-allocation above its mmap threshold (at most 32 MiB) with a fresh `mmap`
-and returns it with `munmap` on free, so every call touches a new zeroed
-mapping: one page fault per 4 KiB page, 18k faults per update there, which
-cost it 1.21x in time (`experiments/benchmarks/host_malloc.py`). PyTorch on
+intermediates (`compiled.memory_analysis().temp_size_in_bytes`; for an RL
+update, such as that of `vs_trl.py`'s 4-layer d=128 model, it is above
+glibc's mmap threshold). glibc serves an allocation above its mmap threshold
+(at most 32 MiB) with a fresh `mmap` and returns it with `munmap` on free,
+so every call touches a new zeroed mapping: one page fault per 4 KiB page.
+`experiments/benchmarks/host_malloc.py` measures the page faults and the
+time they cost (docs/results.md, "The RL update"). PyTorch on
 the same workload allocates tensors below the threshold, which glibc
 reuses from its heap.
 
@@ -23,11 +24,11 @@ program whose temp buffer is bigger than any free hole in the heap: that
 buffer is one allocation, so it extends the heap while the holes left by
 other phases (loading the model, the rollout's decode weights and caches)
 stay resident. `release_free_memory()` hands those holes back to the OS
-(`malloc_trim`); the RL trainer calls it before each update. For
-SmolLM2-135M's GRPO step the heap held 1.0 GB free in holes when its 2.0 GB
-update started (3.5 GB resident, 1.5 GB of it live arrays); released (0.1 s
-a call), one step's peak RSS fell from 6.10 to 5.54 GiB
-(`experiments/benchmarks/smollm2_step.py` has the step's peak now).
+(`malloc_trim`); the RL trainer calls it before each update. In
+SmolLM2-135M's GRPO step the heap holds holes left by loading and the rollout
+when the update's temp buffer is allocated, so releasing them lowers the
+step's peak RSS (`experiments/benchmarks/smollm2_step.py` measures the
+step's peak; docs/results.md, "The RL update", has the figures).
 
 The malloc settings only work before the XLA backend exists (the backend's threads pick
 their malloc arena when they start) and only with glibc. Entry points call
