@@ -46,7 +46,7 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:  # configs/ imports `configs.base`
+if ROOT not in sys.path:  # `configs.base` (configs/ import it), `experiments.benchmarks.<name>`
   sys.path.insert(0, ROOT)
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

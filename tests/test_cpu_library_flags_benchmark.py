@@ -2,13 +2,8 @@
 processes, compared with the default; a setting XLA rejects is reported, not fatal."""
 
 import json
-import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
-
-import cpu_library_flags  # noqa: E402
+from experiments.benchmarks import cpu_library_flags
 
 
 def test_smoke_times_each_setting_against_the_default(tmp_path, capsys):

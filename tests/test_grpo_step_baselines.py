@@ -13,12 +13,11 @@ import sys
 
 import pytest
 
+from experiments.benchmarks import step_baselines
+from experiments.benchmarks.synthetic import even_fraction_N
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "experiments", "benchmarks")
-sys.path.insert(0, BENCH)
-
-import step_baselines  # noqa: E402
-from synthetic import even_fraction_N  # noqa: E402
 
 
 def test_whole_step_rows_ours_and_a_failing_baseline(tmp_path):
@@ -81,7 +80,7 @@ def test_goals_compare_half_a_baseline_with_ours_and_the_floors():
 
 
 def test_step_gemms_counts_every_matmul_of_the_step():
-  import step_floor
+  from experiments.benchmarks import step_floor
   arch = dict(num_layers=2, embed_dim=8, num_heads=2, num_kv_heads=1, head_dim=4, mlp_dim=16,
               vocab_size=32)
   spec = dict(arch=arch, prompts=3, group=2, prompt_len=5, response=4)

@@ -62,8 +62,7 @@ def test_decode_profile_smoke(tmp_path):
 def test_step_bound_on_hand_made_budgets(monkeypatch):
   # importing the benchmark appends to XLA_FLAGS; monkeypatch restores it
   monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
-  monkeypatch.syspath_prepend(os.path.join(ROOT, "experiments", "benchmarks"))
-  import sampling  # noqa: PLC0415
+  from experiments.benchmarks import sampling  # noqa: PLC0415
   # slots 2: static runs [5, 1] then [1, 5] -> 10 steps; first in, first out:
   # slot 0 takes 5, slot 1 takes 1 then 1 then 5 -> ends at 7.
   bound = sampling.step_bound([5, 1, 1, 5], 2)

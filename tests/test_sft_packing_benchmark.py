@@ -1,13 +1,8 @@
 """Smoke test of experiments/benchmarks/sft_packing.py: both variants on the demo's stream."""
 
 import json
-import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
-
-import sft_packing  # noqa: E402
+from experiments.benchmarks import sft_packing
 
 
 def test_smoke_times_one_per_row_and_packed(tmp_path, capsys):

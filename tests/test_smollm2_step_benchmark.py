@@ -2,15 +2,10 @@
 process, per-step rows, peak RSS and the CPU in its JSON (the `tiny` variant, 2 steps)."""
 
 import json
-import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
-
-import smollm2_step  # noqa: E402
+from experiments.benchmarks import smollm2_step
 
 
 def test_smoke_run_writes_steps_rss_and_cpu(tmp_path, capsys):

@@ -12,11 +12,10 @@ import sys
 
 import pytest
 
+from experiments.benchmarks import baselines
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "experiments", "benchmarks")
-sys.path.insert(0, BENCH)
-
-import baselines  # noqa: E402
 
 
 def _run(args, timeout=600):
@@ -84,7 +83,8 @@ def test_baseline_python_and_summary():
 def test_trl_side_tokenizer_matches_ours(tmp_path):
   """The transformers wrapper the TRL side uses encodes prompts like
   batching.prompt_ids and decodes completions like our tokenizer."""
-  from trl_sp_tokenizer import OurSentencePiece  # transformers + sentencepiece (test extras)
+  # transformers + sentencepiece (test extras)
+  from experiments.benchmarks.trl_sp_tokenizer import OurSentencePiece
 
   from rl_post.data import batching
   from rl_post.data.tokenizer import SentencePieceTokenizer, train_sentencepiece
@@ -105,7 +105,7 @@ def test_trl_side_tokenizer_matches_ours(tmp_path):
 
 
 def test_compile_steps_are_the_first_of_each_new_update_shape():
-  import vs_trl  # noqa: PLC0415 (imports jax)
+  from experiments.benchmarks import vs_trl  # noqa: PLC0415 (imports jax)
   row = lambda step, prefix, width: {"step": step, "time/step_s": 0.1 * step,
                                      "rollout/shared_prefix_len": prefix,
                                      "rollout/update_width": width}

@@ -228,7 +228,7 @@ def main(argv):
     print(json.dumps(result))
     return
   if _MODE.value.startswith("gpu"):
-    import gpu_attention  # noqa: PLC0415
+    from experiments.benchmarks import gpu_attention  # noqa: PLC0415
     setup = (gpu_attention.SMOKE if _MODE.value == "gpu_smoke"
              else gpu_attention.GpuSetup())
     results = gpu_attention.run_gpu(_SEQ_LENS.value, setup)

@@ -35,8 +35,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sampling as sampling_bench  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from experiments.benchmarks import sampling as sampling_bench  # noqa: E402
 
 from rl_post import models  # noqa: E402
 from rl_post.sampling import engine  # noqa: E402

@@ -41,7 +41,6 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -56,8 +55,8 @@ from rl_post.models.logprobs import token_logprobs_from_logits  # noqa: E402
 from rl_post.rl.train_step import make_rl_train_step  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 from rl_post.training.step import make_train_step  # noqa: E402
-import step_baselines  # noqa: E402
-import update_speed  # noqa: E402
+from experiments.benchmarks import step_baselines  # noqa: E402
+from experiments.benchmarks import update_speed  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "grpo_step.json")
 WHOLE_RESULTS = os.path.join(os.path.dirname(RESULTS), "grpo_step_whole.json")

@@ -48,8 +48,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sampling_legacy  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from experiments.benchmarks import sampling_legacy  # noqa: E402
 
 from rl_post import models  # noqa: E402
 from rl_post.models import hf as hf_lib  # noqa: E402

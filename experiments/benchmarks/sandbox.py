@@ -21,16 +21,18 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 
-from absl import app
-from absl import flags
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from rl_post.sandbox import Sandbox, SandboxConfig
-from rl_post.sandbox import launcher
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 
-import machine_cpu  # the script's own directory is on sys.path
-import sandbox_floor
+from experiments.benchmarks import machine_cpu  # noqa: E402
+from experiments.benchmarks import sandbox_floor  # noqa: E402
+from rl_post.sandbox import Sandbox, SandboxConfig  # noqa: E402
+from rl_post.sandbox import launcher  # noqa: E402
 
 _RUNS = flags.DEFINE_integer("runs", 200, "Executions per (system, snippet, "
                              "concurrency) for the pools.")

@@ -16,10 +16,11 @@ import statistics
 import subprocess
 import sys
 
-from baselines import BaselineEnvMissing, baseline_python, env_python, step_summary  # noqa: F401
+from experiments.benchmarks.baselines import (BaselineEnvMissing, baseline_python,  # noqa: F401
+                                              env_python, step_summary)
+from experiments.benchmarks.synthetic import workload_spec
 from rl_post import models
 from rl_post.models import hf
-from synthetic import workload_spec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))

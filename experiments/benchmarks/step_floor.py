@@ -30,8 +30,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import side_io  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from experiments.benchmarks import side_io  # noqa: E402
 
 PHASES = ("rollout", "reference", "update")
 

@@ -25,9 +25,9 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 
 import jax  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import decode_profile  # noqa: E402
-import update_speed  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from experiments.benchmarks import decode_profile  # noqa: E402
+from experiments.benchmarks import update_speed  # noqa: E402
 
 from rl_post.metrics import host_cpu  # noqa: E402
 from rl_post.training import host_memory  # noqa: E402

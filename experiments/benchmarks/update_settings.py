@@ -45,9 +45,8 @@ from rl_post.training import host_memory, precision  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_baselines import ARCH, BETA, WORK  # noqa: E402
-from synthetic import even_fraction_N  # noqa: E402
+from experiments.benchmarks.step_baselines import ARCH, BETA, WORK  # noqa: E402
+from experiments.benchmarks.synthetic import even_fraction_N  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                        "update_settings.json")

@@ -34,15 +34,14 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from baselines import (BaselineEnvMissing, baseline_python, comparison_table,  # noqa: E402
-                       env_python, step_summary)
 from configs import grpo_arithmetic, sft_arithmetic  # noqa: E402
+from experiments.benchmarks.baselines import (BaselineEnvMissing, baseline_python,  # noqa: E402
+                                              comparison_table, env_python, step_summary)
 from rl_post import models  # noqa: E402
 from rl_post.checkpoint.params import load_params, save_params  # noqa: E402
 from rl_post.config_sections import from_section  # noqa: E402

@@ -41,12 +41,10 @@ from rl_post.sampling.sampler import SamplingConfig, generate  # noqa: E402
 from rl_post.training import host_memory, precision  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import side_io  # noqa: E402
 from rl_post.training.state import TrainState  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import even_fraction_N  # noqa: E402
+from experiments.benchmarks import side_io  # noqa: E402
+from experiments.benchmarks.synthetic import even_fraction_N  # noqa: E402
 
 def run(spec: dict) -> dict:
   p, g, plen, r = spec["prompts"], spec["group"], spec["prompt_len"], spec["response"]

@@ -281,7 +281,7 @@ def _reward_component_lines(groups: Mapping[str, Any]) -> list[str]:
 
 
 def render_checkpoint_eval(result: Mapping[str, Any]) -> str:
-  """eval.md for `rl_post.eval.checkpoint_eval.evaluate_checkpoint`'s result."""
+  """eval.md for `rl_post.evaluate.checkpoint_eval.evaluate_checkpoint`'s result."""
   settings = result["settings"]
   ks = [str(k) for k in settings["ks"]]
   n = settings["num_samples"]

@@ -1,13 +1,8 @@
 """Smoke test of experiments/benchmarks/precision_matmul.py: every kind timed, JSON and table written."""
 
 import json
-import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
-
-import precision_matmul  # noqa: E402
+from experiments.benchmarks import precision_matmul
 
 
 def test_smoke_times_every_precision_and_layout(tmp_path, capsys):

@@ -1,13 +1,8 @@
 """Smoke test of experiments/benchmarks/grpo_step.py at tiny sizes."""
 
 import json
-import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
-
-import grpo_step  # noqa: E402
+from experiments.benchmarks import grpo_step
 
 
 def test_smoke_run_writes_table_rows_and_chunking_saves_memory(tmp_path, capsys):

@@ -1,15 +1,10 @@
 """Smoke test of experiments/benchmarks/update_profile.py: the update's trace, grouped."""
 
 import json
-import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
-
-import update_profile  # noqa: E402
+from experiments.benchmarks import update_profile
 
 
 def test_ops_are_grouped_by_what_they_compute():

@@ -1,13 +1,8 @@
 """Smoke test of experiments/benchmarks/update_settings.py: each setting, timed in turns."""
 
 import json
-import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
-
-import update_settings  # noqa: E402
+from experiments.benchmarks import update_settings
 
 
 def test_smoke_times_each_dtype_and_unroll(tmp_path, capsys):

@@ -2,14 +2,10 @@
 
 import json
 import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "experiments", "benchmarks"))
-
-import update_speed  # noqa: E402
+from experiments.benchmarks import update_speed
 
 
 def test_flop_count_is_three_forwards_of_the_model_shapes():

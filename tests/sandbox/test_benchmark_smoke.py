@@ -11,11 +11,7 @@ BENCH = os.path.join(ROOT, "experiments", "benchmarks")
 
 
 def test_floor_probe_measures_every_primitive():
-  sys.path.insert(0, BENCH)
-  try:
-    import sandbox_floor  # pylint: disable=g-import-not-at-top
-  finally:
-    sys.path.remove(BENCH)
+  from experiments.benchmarks import sandbox_floor  # pylint: disable=g-import-not-at-top
   floor = sandbox_floor.measure(ops=5, snippets={"x": "print(2)"})
   assert len(floor) == 4 and "fork + run the x snippet + exit" in floor
   for v in floor.values():
