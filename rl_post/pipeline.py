@@ -111,8 +111,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   mixture = TaskMixture(from_section(TaskConfig, config.tasks, "tasks"), int(config.seed))
   before = pipeline_stages.heldout_eval(config, export_dir, tokenizer, mixture, rl, "before RL")
   after, rl_s = pipeline_stages.rl_arm(rl_config, config, tokenizer, mixture, rl, rl_dir)
-  control_export, control_s = pipeline_stages.timed(_control_sft, config, sft_dir,
-                                                    os.path.join(workdir, "control"))
+  control_dir = os.path.join(workdir, "control")
+  control_export, control_s = pipeline_stages.timed(control_dir, _control_sft, config, sft_dir, control_dir)
   control = pipeline_stages.heldout_eval(config, control_export, tokenizer, mixture, rl,
                                          "SFT control")
   domains = ", ".join(config.tasks.domains)

@@ -83,8 +83,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   before = pipeline_stages.heldout_eval(config, start, tokenizer, mixture, rl, "pretrained")
   rl_dir = os.path.join(workdir, "rl")
   after, rl_s = pipeline_stages.rl_arm(config, config, tokenizer, mixture, rl, rl_dir)
-  control_export, control_s = pipeline_stages.timed(_rft_control, config, start,
-                                                    os.path.join(workdir, "control"))
+  control_dir = os.path.join(workdir, "control")
+  control_export, control_s = pipeline_stages.timed(control_dir, _rft_control, config, start, control_dir)
   control = pipeline_stages.heldout_eval(config, control_export, tokenizer, mixture, rl,
                                          "RFT control")
   domains = ", ".join(config.tasks.domains)

@@ -51,11 +51,33 @@ def heldout_eval(config, checkpoint: str, tokenizer, mixture, rl: RLConfig, tag:
   return results
 
 
-def timed(fn, *args):
-  """(fn(*args), its wall-clock seconds)."""
+STAGE_TIME_FILE = "stage_wall_s.json"
+
+
+def timed(stage_dir: str, fn, *args):
+  """(fn(*args), the stage's wall-clock seconds over every run of it so far).
+
+  A stage that resumes (a rerun of the pipeline over the same workdir) adds
+  this run's seconds to those its earlier runs recorded in
+  stage_dir/stage_wall_s.json (a run that raised included), so a resumed or
+  already finished stage reports the time it took in all, not the seconds
+  its restore took.
+  """
+  path = os.path.join(stage_dir, STAGE_TIME_FILE)
+  earlier = {"seconds": 0.0, "runs": 0}
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      earlier = json.load(f)
   start = time.monotonic()
-  out = fn(*args)
-  return out, time.monotonic() - start
+  try:
+    out = fn(*args)
+  finally:  # a run that fails spent its time on the stage too (a killed one is lost)
+    total = {"seconds": float(earlier["seconds"]) + time.monotonic() - start,
+             "runs": int(earlier["runs"]) + 1}
+    os.makedirs(stage_dir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(total, f)
+  return out, total["seconds"]
 
 
 def write_demo_tables(paths: dict, tables: dict, wall_s: dict, names=None) -> None:
@@ -72,7 +94,7 @@ def write_demo_tables(paths: dict, tables: dict, wall_s: dict, names=None) -> No
 def rl_arm(rl_config, config, tokenizer, mixture, rl: RLConfig, rl_dir: str) -> tuple[dict, float]:
   """Trains RL with `rl_config` in rl_dir, exports its params to rl_dir/export and
   evaluates them; (the held-out evals, the training's wall-clock seconds)."""
-  result, rl_s = timed(rl_trainer.train, rl_config, rl_dir)
+  result, rl_s = timed(rl_dir, rl_trainer.train, rl_config, rl_dir)
   export = os.path.join(rl_dir, "export")
   save_params(export, result["context"].model_config, result["state"].params,
               tokenizer=result["context"].tokenizer)
