@@ -17,6 +17,7 @@ finite numbers.
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -24,7 +25,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEAK_RSS_LIMIT_BYTES = 6 * 10**9
-TREE_PEAK_RSS_LIMIT_BYTES = 8 * 10**9
 
 
 class _RssTimeline:
@@ -80,6 +80,7 @@ def test_one_step_of_the_smollm2_config_at_128_new_tokens_fits_in_6_gb(tmp_path)
   env = dict(os.environ, PYTHONPATH=ROOT)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
   env.pop("XLA_FLAGS", None)
+  inherited_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
   proc = subprocess.Popen(
       [sys.executable, "experiments/train_rl.py", "--config=configs/smollm2_135m_grpo.py",
        f"--workdir={workdir}", "--config.rl.num_steps=1", "--config.tasks.heldout_size=0",
@@ -97,16 +98,18 @@ def test_one_step_of_the_smollm2_config_at_128_new_tokens_fits_in_6_gb(tmp_path)
   # The trainer's own peak: its high-water mark, read up to 0.25 s before it exited.
   assert timeline.samples, "no RSS sample of the trainer"
   trainer_peak_bytes = timeline.samples[-1][2] * 1e9
-  # The process tree's (`os.wait4`: the largest of the trainer and the reward workers and
-  # sandboxes it reaped). Once, in the full suite, it read 6.67 GB while the trainer's own
-  # mark was 4.63 GB; which process or moment reached it is not known yet, so the tree is
-  # held to a looser bound than the trainer.
+  # The process tree's (`os.wait4`): the largest of the trainer and the reward workers and
+  # sandboxes it reaped. Linux starts a child's count at its parent's high-water mark when
+  # the child execs after vfork (what subprocess does), so in the full suite it carries this
+  # pytest worker's own mark (6.67-6.92 GB in CI runs, the trainer's own was 4.63 GB):
+  # the tree is held to the larger of the bound and that inherited mark.
   tree_peak_bytes = usage.ru_maxrss * 1024  # Linux reports kilobytes
   detail = (f"on {os.cpu_count()} CPUs; the trainer's own RSS over time: {timeline.summary()}; "
-            f"process tree peak {tree_peak_bytes / 1e9:.2f} GB; its log: {_trainer_lines(stderr)}")
+            f"process tree peak {tree_peak_bytes / 1e9:.2f} GB, this test process's own "
+            f"mark at the start {inherited_bytes / 1e9:.2f} GB; its log: {_trainer_lines(stderr)}")
   assert trainer_peak_bytes <= PEAK_RSS_LIMIT_BYTES, (
       f"trainer peak RSS {trainer_peak_bytes / 1e9:.2f} GB {detail}")
-  assert tree_peak_bytes <= TREE_PEAK_RSS_LIMIT_BYTES, (
+  assert tree_peak_bytes <= max(PEAK_RSS_LIMIT_BYTES, inherited_bytes), (
       f"process tree peak RSS {tree_peak_bytes / 1e9:.2f} GB {detail}")
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   step = [r for r in rows if r.get("step") == 1 and "loss" in r]
