@@ -16,6 +16,8 @@ verified samples at the RL run's sample budget.
   # another registry algorithm on the same recipe:
   python experiments/train_rl.py --config=configs/smollm2_135m_grpo.py:rloo \
       --workdir=/tmp/rl_post/smollm2_rloo
+  # the quickstart's short run (four arithmetic domains; launch/demo.sh's default):
+  python experiments/demo.py --config=configs/smollm2_135m_grpo.py:quick --workdir=/tmp/quick
   # CPU smoke run:
   python experiments/train_rl.py --config=configs/smollm2_135m_grpo.py:tiny \
       --workdir=/tmp/smollm2_grpo_tiny
@@ -36,6 +38,10 @@ MIXTURE = {
     "rg/leg_counting": ((1,), "final_number"),
     "code": ((1,), "code_block"),
 }
+# The quickstart's mixture (`:quick`, the default of launch/demo.sh): the four arithmetic
+# generators where the validation seed gained most, two groups of each a step.
+QUICK_MIXTURE = {d: MIXTURE[d] for d in ("arithmetic", "rg/chain_sum", "rg/basic_arithmetic",
+                                         "rg/products")}
 SYSTEM_PROMPT = ("You are a helpful assistant. Answer briefly and end your response with the "
                  "final answer.")
 
@@ -57,7 +63,8 @@ def recipe_sections(c, mixture=MIXTURE):
 
 
 def get_config(variant: str = ""):
-  c = recipe_sections(pretrained_sections(base.get_base()))
+  c = recipe_sections(pretrained_sections(base.get_base()),
+                      QUICK_MIXTURE if variant == "quick" else MIXTURE)
   # remat + chunked log-softmax + 4 micro-batches keep the update within a laptop's memory
   # (tests/test_smollm2_rl_step.py: one step at 128 new tokens under 6 GiB peak RSS).
   # shared_prefix: each group's prompt runs through the update once, not G times.
@@ -86,8 +93,14 @@ def get_config(variant: str = ""):
     c.control.sft.update(num_steps=1, batch_size=2, checkpoint_every=1)
     c.control.optimizer.total_steps = 1
     c.eval.batch_size = 4
+  elif variant == "quick":
+    # The quickstart: short prompts (one compiled shape) and 96 held-out problems, so the
+    # whole comparison (base, RL, RFT control, evals) fits in 30 minutes on 2 cores.
+    c.rl.update(max_prompt_len=128, prompt_buckets=(128,))
+    c.tasks.heldout_size = 96
   elif variant in ("rloo", "dr_grpo"):
     c.rl.algorithm = variant
   elif variant:
-    raise ValueError(f"unknown variant {variant!r}; use '', 'tiny', 'rloo' or 'dr_grpo'")
+    raise ValueError(f"unknown variant {variant!r}; use '', 'quick', 'tiny', 'rloo' or "
+                     "'dr_grpo'")
   return c

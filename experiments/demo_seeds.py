@@ -1,6 +1,8 @@
 r"""The demo over several seeds: per-seed rows, mean, spread and 95% interval.
 
-  python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds
+  python experiments/demo_seeds.py --seeds=0,1,2 --workdir=/tmp/rl_post_seeds   # the quickstart
+  python experiments/demo_seeds.py --config=configs/smollm2_135m_grpo.py --seeds=0,1,2 \
+      --workdir=/tmp/recipe_seeds   # the seven-domain recipe
   python experiments/demo_seeds.py --seeds=0,1,2 --jobs=3   # the seeds side by side
   python experiments/demo_seeds.py --config=configs/smollm2_135m_grpo.py:tiny --seeds=0,1 \
       --workdir=/tmp/demo_seeds_tiny
@@ -22,7 +24,8 @@ from rl_post import cli, seed_runs
 from rl_post.errors import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(_bootstrap.ROOT, "configs", "smollm2_135m_grpo.py"), "Config file.",
+    "config", os.path.join(_bootstrap.ROOT, "configs", "smollm2_135m_grpo.py") + ":quick",
+    "Config file.",
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl_post_seeds", "Root run directory.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Comma-separated seeds.")

@@ -83,3 +83,16 @@ def test_seeds_run_the_pretrained_pipeline_and_aggregate(hf_dir, tmp_path):
   assert [row["seed"] for row in out["rows"]] == [0, 1]
   assert {"before", "after", "control"} <= set(out["rows"][0])
   assert os.path.exists(out["paths"]["md"]) and "macro_after" in out["aggregate"]
+
+
+@pytest.mark.parametrize("variant", ["", "quick", "tiny", "rloo", "dr_grpo"])
+def test_every_smollm2_recipe_variant_passes_the_stage_checks(variant):
+  """The recipe's variants (the quickstart's `:quick` among them) parse for every stage; the
+  quickstart's RFT samples (prompt + response) all fit the control's SFT length."""
+  from configs import smollm2_135m_grpo
+  c = smollm2_135m_grpo.get_config(variant)
+  pipeline_pretrained.check_stages(c)
+  assert set(c.tasks.domains) <= set(smollm2_135m_grpo.MIXTURE)
+  if variant == "quick":
+    assert len(c.tasks.domains) >= 4 and "rg/leg_counting" not in c.tasks.domains
+    assert c.rl.max_prompt_len + c.rl.max_new_tokens <= c.control.sft.max_len

