@@ -50,6 +50,7 @@ class HFTokenizer:
     self.pad_id = self.eos_id if pad_id is None or pad_id < 0 else int(pad_id)
     self.chat_template = chat_template or chat_templates.CHATML
     self._special_ids = {t for t in (self.pad_id, self.bos_id, self.eos_id) if t >= 0}
+    self._plain = None  # the tokenizer that encodes special-token markers as text
 
   @property
   def backend(self):
@@ -58,6 +59,18 @@ class HFTokenizer:
 
   def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
     return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+  def encode_text(self, text: str) -> list[int]:
+    """`text` as plain text: special-token markers in it (e.g. `<|im_end|>`)
+    are split into ordinary tokens, as `tokenizers`' `encode_special_tokens`
+    does; lone surrogates are replaced. For text from outside (tool output)."""
+    if self._plain is None:  # a copy, so the flag never changes how `encode` reads text
+      from tokenizers import Tokenizer
+      plain = Tokenizer.from_str(self._tok.to_str())
+      plain.encode_special_tokens = True
+      self._plain = plain
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return self._plain.encode(text, add_special_tokens=False).ids
 
   def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
     return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)

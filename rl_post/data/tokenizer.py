@@ -29,6 +29,11 @@ class Tokenizer(Protocol):
 
   def encode(self, text: str) -> list[int]: ...
 
+  def encode_text(self, text: str) -> list[int]:
+    """`text` as plain text: markers of special tokens in it (e.g. `</s>`,
+    `<|im_end|>`) become ordinary tokens, never special ids. Tool output in
+    episodes is encoded with it."""
+
   def decode(self, ids: Sequence[int]) -> str: ...
 
   def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *,
@@ -59,6 +64,12 @@ class SentencePieceTokenizer:
 
   def encode(self, text: str) -> list[int]:
     return self._sp.encode(text)
+
+  def encode_text(self, text: str) -> list[int]:
+    """`encode` for text from outside (tool output): the control ids (pad,
+    unk, bos, eos) never come from text in SentencePiece, and lone
+    surrogates, which it cannot take, are replaced first."""
+    return self._sp.encode(text.encode("utf-8", "replace").decode("utf-8"))
 
   def decode(self, ids: Sequence[int]) -> str:
     # Ids past the vocabulary are the model's padding rows (its vocab is

@@ -7,7 +7,8 @@ of them `copies` times (distinct ids, same text), which sets how often a
 random model calls a tool without touching the model. The calls are the
 tools' `examples` (`calls_for`), so a tool added from the config is called
 too. Everything else is one token per character (printable ASCII, newline,
-tab; other characters encode to "?"). It satisfies the `rl_post.data.tokenizer.Tokenizer`
+tab; other characters encode to "?"); `encode_text`, used for tool
+output, has no call tokens. It satisfies the `rl_post.data.tokenizer.Tokenizer`
 protocol where the episode loop needs it (encode, decode, pad_id, eos_id,
 vocab_size); the episode tests and benchmark use it with the tiny model.
 """
@@ -67,6 +68,12 @@ class CallVocabTokenizer:
       ids.append(self._char_id.get(text[i], self._char_id["?"]))
       i += 1
     return ids
+
+  def encode_text(self, text: str) -> list:
+    """One token per character, never a whole call: tool output is data, so a
+    response that prints a call's text does not become the model's action token."""
+    unknown = self._char_id["?"]
+    return [self._char_id.get(c, unknown) for c in text]
 
   def decode(self, ids) -> str:
     return "".join(self.pieces[i] for i in ids if 2 <= i < self.vocab_size)

@@ -9,7 +9,8 @@
 Each turn: every active row generates until `</tool_call>` (a stop string
 added to the sampling config), EOS or the per-turn budget; the turn's text
 goes to its env; the tool calls of all rows that made one run in one
-`Sandbox.run_many`; each tool response is tokenized and appended with
+`Sandbox.run_many`; each tool response is tokenized as plain text (special
+tokens off, `protocol.text_encoder`) and appended with
 `sampler.extend` (mask 1, loss mask 0, no behaviour log-prob), which
 resumes generation for exactly those rows. A row ends when its turn has no
 tool call, it submits, it reaches `max_turns`, or its next tool response
@@ -91,7 +92,8 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
 
   encode_prompt: first observation -> prompt token ids (default
   `tokenizer.encode`); encode_observation: tool response -> appended ids
-  (default `tokenizer.encode`). For pretrained models pass
+  (default `protocol.text_encoder(tokenizer)`: plain text, special tokens
+  off). For pretrained models pass
   `rl_post.envs.chat.chat_encoders(tokenizer)`. checkpoint_path: save the
   batch before every resume of generation and, when the file exists,
   continue from it (`rl_post.envs.resume`).
@@ -105,7 +107,7 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
     raise ValueError("pass rng or seeds_B")
   metrics = metrics if metrics is not None else EpisodeMetrics()
   encode_prompt = encode_prompt or tokenizer.encode
-  encode_observation = encode_observation or tokenizer.encode
+  encode_observation = encode_observation or protocol.text_encoder(tokenizer)
   sampling = with_call_stop(sampling)
   for env in envs:
     env.max_turns = min(env.max_turns, config.max_turns)

@@ -80,7 +80,14 @@ def test_parsing_is_linear(monkeypatch):
     assert decoded == [len('{"name": "a"}')]
 
 
-def test_truncate():
-  text, cut = protocol.truncate("a" * 50, 10)
-  assert cut and text.startswith("a" * 10) and "40 more chars" in text
+def test_truncate_keeps_the_marker_within_the_limit():
+  text, cut = protocol.truncate("a" * 500, 100)
+  kept = text.index("\n[")
+  assert cut and len(text) <= 100 and text[:kept] == "a" * kept
+  assert f"{500 - kept} more chars" in text
   assert protocol.truncate("abc", 10) == ("abc", False)
+  assert protocol.truncate("a" * 50, 10) == ("a" * 10, True)  # no room for the marker
+  for n in (9_999, 10_000, 10_001, 100_000):  # where the count gains a digit
+    for limit in range(30, 60):
+      text, cut = protocol.truncate("b" * n, limit)
+      assert cut and len(text) <= limit

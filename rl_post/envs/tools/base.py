@@ -34,7 +34,11 @@ REJECTED = "request rejected:"
 
 @dataclasses.dataclass(frozen=True)
 class ToolLimits:
-  """Time and size limits of the tools (seconds are sandbox wall time)."""
+  """Time and size limits of the tools (seconds are sandbox wall time).
+
+  max_output_chars bounds the whole text of every tool response (output,
+  appended notes, error messages), truncation marker included.
+  """
   per_call_s: float = 5.0
   per_episode_s: float = 30.0
   min_call_s: float = 0.1
@@ -141,8 +145,9 @@ class Tool:
   def apply(self, arguments: Mapping[str, Any], workspace: Workspace,
             result: ExecResult) -> str:
     """Updates the workspace after a run that reached the sandbox (any status
-    but "sandbox_error"); returns a note appended after the (truncated)
-    output, or "". The default keeps nothing (a stateless tool)."""
+    but "sandbox_error"); returns a note appended after the output, or "".
+    Output and note together are cut to `max_output_chars`, the note keeping
+    up to half of it. The default keeps nothing (a stateless tool)."""
     return ""
 
   def output(self, arguments: Mapping[str, Any], result: ExecResult) -> str:

@@ -10,6 +10,10 @@ Budgets. Each call runs with `min(per_call_s, what is left of
 per_episode_s)`; the sandbox's measured wall time of every run is charged
 to the episode, and a call with less than `min_call_s` left is refused
 ("budget_exhausted") without running. Host-side tools are not charged.
+
+Every observation `finish_call` returns (tool output and the notes appended
+to it, error messages that echo the model's names, host-side answers) is
+bounded by `max_output_chars` and is encodable text (`protocol.bound`).
 """
 
 import dataclasses
@@ -66,22 +70,27 @@ def plan_call(call, workspace: Workspace, tools, limits: ToolLimits) -> PlannedC
 
 def finish_call(planned: PlannedCall, workspace: Workspace, result: Optional[ExecResult],
                 limits: ToolLimits) -> CallOutcome:
-  """Applies a call's result to the workspace; returns what the model sees."""
+  """Applies a call's result to the workspace; returns what the model sees.
+
+  Every observation, errors and host-side answers included, is at most
+  `limits.max_output_chars` characters of encodable text (`protocol.bound`).
+  """
+  max_chars = limits.max_output_chars
   if planned.error is not None:
-    return CallOutcome(planned.tool, protocol.format_error(planned.error), planned.error.kind)
+    text, _ = protocol.bound(protocol.format_error(planned.error), "", max_chars)
+    return CallOutcome(planned.tool, text, planned.error.kind)
   tool = planned.handler
   if not tool.sandboxed:
-    return tool.answer(planned.arguments, workspace)
+    outcome = tool.answer(planned.arguments, workspace)
+    text, _ = protocol.bound(outcome.observation, "", max_chars)
+    return dataclasses.replace(outcome, observation=text)
   seconds = float(result.wall_s)
   workspace.tool_seconds += seconds
   kind = status_kind(result)
   note = ""
   if result.status != "sandbox_error":
     note = tool.apply(planned.arguments, workspace, result)
-  text, cut = protocol.truncate(tool.output(planned.arguments, result),
-                                limits.max_output_chars)
-  if note:
-    text += "\n" + note
+  text, cut = protocol.bound(tool.output(planned.arguments, result), note, max_chars)
   if cut and kind is None:
     kind = "output_truncated"
   return CallOutcome(planned.tool, text, kind, seconds)
