@@ -17,7 +17,20 @@ request) and `complete` (apply the result), so a batch of episodes runs
 its tool calls through one `Sandbox.run_many` (`rl_post.envs.driver`);
 `step` is the one-episode composition of the two. Final verification is
 split the same way: `verification_request` (run in a *fresh* sandbox run,
-on a snapshot of the end state) and `score`.
+on a snapshot of the end state) and `score`; `reward_from` turns the run's
+result into the reward. A verification run the sandbox rejects (e.g. an end
+state over its `max_input_bytes`) or fails scores 0 and sets
+`verify_error`, which the drivers count (`EpisodeMetrics.verify_errors`);
+nothing raises.
+
+Call counts, for the call-success shaping term
+(`rl_post.envs.trainer_rounds`): `calls` counts every turn that ended with
+a call; `tool_calls` the same less the call that ended the episode
+(`submit`), so giving up is not a call; `call_successes` those of
+`tool_calls` whose tool ran: no error, or an error of the program itself
+(`protocol.RAN_KINDS`: a test run whose tests fail succeeds). A call that
+does not parse, names no offered tool, has bad arguments, finds the budget
+spent or that the sandbox rejects or fails is not a success.
 """
 
 import abc
@@ -67,7 +80,9 @@ class Env(abc.ABC):
     self.transcript = ""
     self.turns = 0
     self.calls = 0
+    self.tool_calls = 0
     self.call_successes = 0
+    self.verify_error: Optional[str] = None
     self.done = True
 
   # -- what a domain defines ---------------------------------------------
@@ -96,7 +111,9 @@ class Env(abc.ABC):
     self.transcript = ""
     self.turns = 0
     self.calls = 0
+    self.tool_calls = 0
     self.call_successes = 0
+    self.verify_error = None
     self.done = False
     return self.prompt(task)
 
@@ -120,7 +137,10 @@ class Env(abc.ABC):
       return "", True, StepInfo("", None, 0.0, self.turns, False)
     outcome: CallOutcome = tools.finish_call(planned, self.workspace, result, self.limits)
     self.calls += 1
-    self.call_successes += int(outcome.error_kind is None)
+    if not outcome.submitted:
+      self.tool_calls += 1
+      self.call_successes += int(outcome.error_kind is None
+                                 or outcome.error_kind in protocol.RAN_KINDS)
     self.done = outcome.submitted or self.turns >= self.max_turns
     # A finished episode has no next turn, so the last response is not shown
     # (its effect on the workspace, e.g. a final edit, stays).
@@ -143,9 +163,25 @@ class Env(abc.ABC):
     return self.complete(planned, result)
 
   def final_reward(self, sandbox) -> float:
+    """The verifier's reward on the end state (one env; `driver.final_rewards` batches)."""
     request = self.verification_request()
-    result = sandbox.run_many([request])[0] if request is not None else None
-    return self.score(result, sandbox)
+    result = None
+    if request is not None:
+      result = tools.run_planned(sandbox, [PlannedCall("verify", request=request)])[0]
+    return self.reward_from(result, sandbox)
+
+  def reward_from(self, result: Optional[ExecResult], sandbox=None) -> float:
+    """The reward given the verification run's result (None: no run).
+
+    A run with status "sandbox_error" (a request the sandbox rejected, such
+    as an end state over its `max_input_bytes`, or a failure of the sandbox
+    itself) scores 0 and sets `verify_error`; any other result goes to `score`.
+    """
+    self.verify_error = None
+    if result is not None and result.status == "sandbox_error":
+      self.verify_error = "sandbox_error"
+      return 0.0
+    return float(self.score(result, sandbox))
 
 
 class SingleTurnEnv(Env):

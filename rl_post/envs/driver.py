@@ -31,12 +31,19 @@ def step_many(envs: Sequence, turn_texts: Sequence[str], sandbox,
   return outs
 
 
-def final_rewards(envs: Sequence, sandbox) -> list:
-  """Each finished env's verifier on its end state; runs batched in fresh sandbox runs."""
+def final_rewards(envs: Sequence, sandbox, metrics: Optional[EpisodeMetrics] = None) -> list:
+  """Each finished env's verifier on its end state; runs batched in fresh sandbox runs.
+
+  A verification run the sandbox rejects or fails scores 0 (`Env.reward_from`)
+  and is counted in `metrics.verify_errors`.
+  """
   requests = [env.verification_request() for env in envs]
   planned = [tools.PlannedCall("verify", request=r) for r in requests]
   results = tools.run_planned(sandbox, planned)
-  return [env.score(r, sandbox) for env, r in zip(envs, results)]
+  rewards = [env.reward_from(r, sandbox) for env, r in zip(envs, results)]
+  if metrics is not None:
+    metrics.verify_errors.update(env.verify_error for env in envs if env.verify_error)
+  return rewards
 
 
 Policy = Callable[[object, list], str]  # (task, observations so far) -> next turn text
@@ -59,7 +66,7 @@ def run_text_episodes(envs: Sequence, tasks: Sequence, policy: Policy, sandbox,
       calls[i] += int(info.called)
     active = [i for i, (_, done, _) in zip(active, outs) if not done]
   start = time.perf_counter()
-  rewards = final_rewards(envs, sandbox)
+  rewards = final_rewards(envs, sandbox, metrics)
   metrics.verify_seconds += time.perf_counter() - start
   for env, n, reward in zip(envs, calls, rewards):
     metrics.record_episode(n, env.turns, reward)

@@ -176,7 +176,7 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
   if checkpoint_path and os.path.exists(checkpoint_path):
     os.remove(checkpoint_path)  # the batch is complete; a rerun starts afresh
   start = time.perf_counter()
-  rewards = np.asarray(driver.final_rewards(envs, sandbox), np.float32)
+  rewards = np.asarray(driver.final_rewards(envs, sandbox, metrics), np.float32)
   metrics.verify_seconds += time.perf_counter() - start
   rollout = jax.device_get(rollout)
   turns = np.array([env.turns for env in envs], np.int32)

@@ -12,6 +12,8 @@ class EpisodeMetrics:
   calls: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   successes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   errors: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  # kind -> episodes whose final verification run failed in the sandbox (scored 0)
+  verify_errors: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   episode_calls: list = dataclasses.field(default_factory=list)
   episode_turns: list = dataclasses.field(default_factory=list)
   episode_tokens: list = dataclasses.field(default_factory=list)
@@ -38,7 +40,7 @@ class EpisodeMetrics:
 
   def merge(self, other: "EpisodeMetrics"):
     """Adds another batch's counts (seconds add up: per-thread time, not wall time)."""
-    for name in ("calls", "successes", "errors"):
+    for name in ("calls", "successes", "errors", "verify_errors"):
       getattr(self, name).update(getattr(other, name))
     for name in ("episode_calls", "episode_turns", "episode_tokens", "rewards"):
       getattr(self, name).extend(getattr(other, name))
@@ -57,6 +59,7 @@ class EpisodeMetrics:
         "tool_seconds": self.tool_seconds,
         "generation_seconds": self.generation_seconds,
         "verify_seconds": self.verify_seconds,
+        "verify_errors": float(sum(self.verify_errors.values())),
     }
     if self.episode_tokens:
       for q in (50, 90, 100):
@@ -65,4 +68,6 @@ class EpisodeMetrics:
       out[f"calls/{tool}"] = float(n)
     for (tool, kind), n in self.errors.items():
       out[f"errors/{tool}/{kind}"] = float(n)
+    for kind, n in self.verify_errors.items():
+      out[f"verify_errors/{kind}"] = float(n)
     return out

@@ -48,6 +48,9 @@ ERROR_KINDS = (
     "tool_error",       # the program exited non-zero / raised / hit memory
     "sandbox_error",    # the sandbox itself failed (counted, worker replaced)
 )
+# The kinds of a call that was well formed and whose tool ran, failing on its
+# own terms (a test run whose tests fail exits non-zero: "tool_error").
+RAN_KINDS = ("output_truncated", "timeout", "tool_error")
 
 
 @dataclasses.dataclass(frozen=True)

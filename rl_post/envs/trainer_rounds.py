@@ -17,10 +17,25 @@ Tasks come from the multi-step domains (`rl_post.envs.domains`: a
 registered name or "module:Class" each), drawn as a function of (seed,
 iteration, round) so a resumed run repeats them; `episodes.tools` adds
 tools (name or "module:Class") to every domain's own. The sampling key is
-the trainer's. The episode reward is the verifier's on the end state plus
-`call_success_weight` x the episode's fraction of successful tool calls (a
-shaping term; 0 without calls). The tool sandbox is started on the first
-round and closed with the trainer.
+the trainer's. The tool sandbox is started on the first round and closed
+with the trainer.
+
+The episode reward is the verifier's score on the end state plus
+`call_success_weight` x the call-success fraction, a shaping term that
+never ranks giving up above trying:
+  - the call that ends the episode (`submit`) is not a call here, so an
+    episode whose only call is `submit`, or that makes none, gets no shaping;
+  - a call succeeds when its tool ran: no error, or the program's own
+    failure (a test run whose tests fail, a timeout, output cut to size);
+    a call that does not parse, names no offered tool, has bad arguments,
+    finds the tool budget spent or that the sandbox rejects or fails does
+    not (`rl_post.envs.base`);
+  - fraction = successful calls / calls, both without the ending call.
+So any episode that runs a tool before it submits earns at least as much
+shaping as one that submits at once, and strictly more once a tool ran.
+An episode whose verification run failed in the sandbox scores 0 in all
+(no shaping) and counts as a "verifier_error", like a single-turn reward
+whose verification failed.
 """
 
 import concurrent.futures
@@ -62,8 +77,9 @@ class EpisodesConfig:
     max_turns: model turns per episode.
     turn_tokens: sampling budget of one turn (`rl.max_new_tokens` is the
       whole episode's: model turns plus tool responses).
-    call_success_weight: weight of the fraction of successful tool calls
-      added to the verifier's reward.
+    call_success_weight: weight of the call-success fraction (calls whose
+      tool ran / calls, the episode-ending `submit` not counted) added to
+      the verifier's reward; see the module docstring.
     tokenizer: "" = the run's tokenizer (`tokenizer.path`); "call_vocab" =
       `CallVocabTokenizer`, whose tool calls are single tokens, so a
       random-weight model calls tools (CPU runs and tests).
@@ -215,32 +231,48 @@ def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
 
 
 def episode_rewards(verifier_B, calls_B, successes_B, weight: float) -> np.ndarray:
-  """verifier + weight * (successful calls / calls) per episode (0 shaping without calls)."""
+  """verifier + weight * (successful calls / calls) per episode (0 shaping without calls).
+
+  calls_B, successes_B: `Env.tool_calls` and `Env.call_successes` (the
+  ending `submit` not counted; a call succeeds when its tool ran).
+  """
   calls = np.asarray(calls_B, np.float32)
   ok = np.asarray(successes_B, np.float32)
   return (np.asarray(verifier_B, np.float32)
           + weight * np.where(calls > 0, ok / np.maximum(calls, 1), 0.0)).astype(np.float32)
 
 
-def reward_batch(verifier_N, calls_N, successes_N, weight: float) -> RewardBatch:
+def reward_batch(verifier_N, calls_N, successes_N, weight: float,
+                 verify_errors_N=None) -> RewardBatch:
   """The trainer's RewardBatch of N episodes.
 
   Components: "outcome" (the verifier), "call_success" (fraction of
   successful calls) and "format" (1 when the episode made calls and all of
   them succeeded), so the trainer's per-domain metrics apply unchanged.
+  verify_errors_N: per episode, whether its verification run failed in the
+  sandbox (`Env.verify_error`): such an episode scores 0, shaping and every
+  component included, with error kind "verifier_error" (as `scoring.combine`
+  treats a single-turn completion whose verification failed).
   """
   verifier_N = np.asarray(verifier_N, np.float32)
   calls_N, successes_N = np.asarray(calls_N), np.asarray(successes_N)
-  success_N = np.where(calls_N > 0, successes_N / np.maximum(calls_N, 1), 0.0)
-  format_N = (calls_N > 0) & (successes_N == calls_N)
+  ok_N = (np.ones(len(verifier_N), bool) if verify_errors_N is None
+          else ~np.asarray(verify_errors_N, bool))
+  if ok_N.shape != verifier_N.shape:
+    raise ValueError(f"{len(verifier_N)} episodes but {ok_N.shape[0]} verify errors")
+  verifier_N = np.where(ok_N, verifier_N, 0.0).astype(np.float32)
+  success_N = np.where(ok_N & (calls_N > 0), successes_N / np.maximum(calls_N, 1), 0.0)
+  format_N = ok_N & (calls_N > 0) & (successes_N == calls_N)
   verdicts = [Verdict(float(v), bool(f)) for v, f in zip(verifier_N, format_N)]
+  error_kinds = [None if ok else "verifier_error" for ok in ok_N]
   return RewardBatch(
-      rewards_N=episode_rewards(verifier_N, calls_N, successes_N, weight),
+      rewards_N=np.where(ok_N, episode_rewards(verifier_N, calls_N, successes_N, weight),
+                         0.0).astype(np.float32),
       correct_N=np.array([v.correct for v in verdicts], bool),
       components={"outcome": verifier_N, "call_success": success_N.astype(np.float32),
                   "format": format_N.astype(np.float32)},
-      verdicts=verdicts, error_kinds=[None] * len(verdicts),
-      error_counts={kind: 0 for kind in ERROR_KINDS})
+      verdicts=verdicts, error_kinds=error_kinds,
+      error_counts={kind: error_kinds.count(kind) for kind in ERROR_KINDS})
 
 
 def draw_tasks(config: EpisodesConfig, seed: int, it: int, rnd: int, batch_size: int,
@@ -325,9 +357,10 @@ class EpisodeRounds:
                             sandbox=self.sandbox, rng=key, config=self.config.episode,
                             metrics=self._metrics, **self.encoders)
     with timer("reward"):
-      rewards = reward_batch(result.rewards_B, result.calls_B,
+      rewards = reward_batch(result.rewards_B, [env.tool_calls for env in envs],
                              [env.call_successes for env in envs],
-                             self.config.call_success_weight)
+                             self.config.call_success_weight,
+                             [env.verify_error is not None for env in envs])
       tokens = c.shard(np.asarray(result.rollout.tokens_BxT))
       ref_logp = None if ref_params is None else c.ref_fn(
           ref_params, tokens, c.shard(np.asarray(result.rollout.loss_mask_BxT)))

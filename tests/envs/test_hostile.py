@@ -9,6 +9,7 @@ from rl_post.envs import driver, protocol
 from rl_post.envs.domains import DOMAINS, make_env
 from rl_post.envs.metrics import EpisodeMetrics
 from rl_post.envs.tools import ToolLimits
+from rl_post.sandbox import Sandbox, SandboxConfig
 
 LIMITS = ToolLimits(per_call_s=2.0, per_episode_s=6.0, max_output_chars=500)
 
@@ -94,3 +95,25 @@ def test_a_work_dir_over_the_input_cap_is_a_counted_error(sandbox):
   (observation, done, info), = driver.step_many([env], [_bash("ls")], sandbox, metrics)
   assert info.error_kind == "sandbox_error" and "max_input_bytes" in observation
   assert metrics.errors[("bash", "sandbox_error")] == 1 and not done
+
+
+def test_a_submission_over_the_input_cap_scores_0_with_a_counted_error():
+  # A small input cap, so a file the bash tool keeps is too big to verify.
+  config = SandboxConfig(num_workers=1, timeout_s=10.0, max_input_bytes=1 << 20)
+  task = DOMAINS["repo_repair"].generate(np.random.default_rng(6), 1)
+  module = task.metadata["module"]
+  turns = [_bash(f"head -c {(1 << 20) + 1} /dev/zero | tr '\\0' '#' > {module}"),
+           protocol.format_call("submit", {})]
+  env = make_env("repo_repair", limits=LIMITS, max_turns=4)
+  metrics = EpisodeMetrics()
+  with Sandbox(config) as small:
+    rewards = driver.run_text_episodes([env], [task], lambda t, obs: turns[len(obs) - 1], small,
+                                       metrics)
+    assert len(env.workspace.files[module]) == (1 << 20) + 1  # kept, then sent to the verifier
+    assert rewards == [0.0] and env.verify_error == "sandbox_error"
+    assert metrics.verify_errors == {"sandbox_error": 1}
+    assert metrics.summary()["verify_errors/sandbox_error"] == 1.0
+    env.verify_error = None
+    assert env.final_reward(small) == 0.0 and env.verify_error == "sandbox_error"
+    assert driver.final_rewards([env], small, metrics) == [0.0]
+    assert metrics.summary()["verify_errors"] == 2.0
