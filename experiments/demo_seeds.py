@@ -20,7 +20,8 @@ import _bootstrap  # noqa: F401
 from absl import flags
 from ml_collections import config_flags
 
-from rl_post import cli, seed_runs
+from experiments.demo import seed_runs
+from rl_post import cli
 from rl_post.errors import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -16,8 +16,8 @@ import json
 import _bootstrap  # noqa: F401
 from absl import flags
 
+from experiments.demo import heldout_curve
 from rl_post import cli
-from rl_post.eval import heldout_curve
 
 _WORKDIRS = flags.DEFINE_list("workdirs", None, "Comma-separated demo or RL workdirs.",
                               required=True)

@@ -1,4 +1,4 @@
-r"""The demo's plots over seeds from a recorded seeds.json (rl_post.eval.seed_plots).
+r"""The demo's plots over seeds from a recorded seeds.json (experiments.demo.seed_plots).
 
   python experiments/plot_seeds.py --seeds_json=/tmp/rl_post_seeds/seeds.json
   # the README's figures, from the recorded run:
@@ -15,8 +15,8 @@ import os
 import _bootstrap  # noqa: F401
 from absl import flags
 
+from experiments.demo import seed_plots
 from rl_post import cli
-from rl_post.eval import seed_plots
 from rl_post.output_paths import ensure_workdir
 
 _SEEDS_JSON = flags.DEFINE_string("seeds_json", None, "seeds.json written by demo_seeds.py.",

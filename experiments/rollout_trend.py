@@ -14,8 +14,8 @@ did the policy's own samples get better where RL trained on them?
 import _bootstrap  # noqa: F401
 from absl import flags
 
+from experiments.demo import rollout_trend
 from rl_post import cli
-from rl_post.eval import rollout_trend
 
 _RUNS = flags.DEFINE_list("runs", None, "Comma-separated RL workdirs (holding metrics.jsonl).",
                           required=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import demo, grpo_arithmetic, sft_arithmetic
-from rl_post import pipeline
+from experiments.demo import pipeline
 from rl_post.data import batching, mixture
 from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError, MissingInputError

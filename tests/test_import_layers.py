@@ -1,4 +1,5 @@
-"""rl_post's packages import downward only, and no import cycle joins two of them.
+"""rl_post's packages import downward only, no import cycle joins two of them, and
+the library imports nothing from experiments/ or configs/.
 
 The import graph is read from the source with `ast` (nothing is imported):
 every `import rl_post.x`, `from rl_post.x import y`, `from rl_post import x`,
@@ -32,8 +33,11 @@ LAYERS = (
     "rl",                                         # the RL trainer
     "evaluate",                                   # checkpoint evaluation: restores RL workdirs
     "sft",                                        # SFT, rejection sampling from any checkpoint
-    "cli", "pipeline_stages", "pipeline_pretrained", "pipeline", "seed_runs",  # orchestration
+    "cli",                                        # the entry points' error handling
 )
+# Outside the library: the demo's orchestration (experiments/demo/) and the configs import
+# rl_post, never the other way round.
+OUTSIDE = ("experiments", "configs")
 
 # (importing file, imported node): why the upward import stays for now. Each entry
 # must still be needed (test_allowed_upward_imports_are_still_needed).
@@ -169,6 +173,17 @@ def test_imports_point_down(edges):
 
 def test_the_root_package_imports_nothing(edges):
   assert [str(e) for e in edges if e.importer == "__init__"] == []
+
+
+def test_the_library_imports_nothing_from_outside_it():
+  found = []
+  for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    module = module_name(path, ROOT)
+    found += [f"{path.relative_to(ROOT)}:{line} imports {name}"
+              for line, name in imported_modules(tree, module, path.name == "__init__.py")
+              if name.split(".")[0] in OUTSIDE]
+  assert found == []
 
 
 def test_no_cycle_between_packages(edges):

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
+from experiments.demo import rollout_trend, seed_plots
 from rl_post.data import build_tokenizer
 from rl_post.errors import ConfigError, MissingInputError
-from rl_post.eval import rollout_trend, seed_plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "launch"))

@@ -1,7 +1,7 @@
 """Stages both demo pipelines share: held-out evaluation of an arm, timing, the tables.
 
-`rl_post.pipeline` (tokenizer -> SFT -> RL, SFT control) and
-`rl_post.pipeline_pretrained` (pretrained -> RL, RFT control) evaluate
+`experiments.demo.pipeline` (tokenizer -> SFT -> RL, SFT control) and
+`experiments.demo.pipeline_pretrained` (pretrained -> RL, RFT control) evaluate
 their arms the same way and write the same summary tables.
 """
 
@@ -14,8 +14,8 @@ import jax
 import numpy as np
 from absl import logging
 
+from experiments.demo import demo_tables
 from rl_post.checkpoint.params import save_params
-from rl_post.eval import demo_tables
 from rl_post.eval.completion import evaluate
 from rl_post.eval.report import write_report
 from rl_post.evaluate import checkpoint_eval

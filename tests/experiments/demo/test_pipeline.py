@@ -6,7 +6,7 @@ import os
 import pytest
 
 from configs import demo
-from rl_post import pipeline
+from experiments.demo import pipeline
 from rl_post.config_sections import from_section
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.errors import ConfigError

@@ -4,7 +4,7 @@ tokenizer -> SFT base model -> held-out eval -> GRPO -> held-out eval ->
 SFT control (more SFT from the same start, `control.num_steps` steps) ->
 held-out eval -> report (completion rate before/after with a paired
 confidence interval, reward curve, and the per-domain/per-level tables of
-SFT start vs RL vs control from `rl_post.eval.demo_tables`). Each stage
+SFT start vs RL vs control from `experiments.demo.demo_tables`). Each stage
 writes its own workdir under the root, so any stage can be rerun or
 inspected on its own, and a rerun resumes.
 """
@@ -14,7 +14,7 @@ import shutil
 
 import ml_collections
 
-from rl_post import pipeline_pretrained, pipeline_stages
+from experiments.demo import pipeline_pretrained, pipeline_stages
 from rl_post.config_sections import from_section
 from rl_post.data import build_tokenizer
 from rl_post.data.mixture import TaskConfig, TaskMixture
@@ -89,7 +89,7 @@ def check_rerun(workdir: str, config: ml_collections.ConfigDict):
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs every stage under `workdir`; returns the before/after evals.
 
-  A config with `pretrained.path` runs `rl_post.pipeline_pretrained` instead
+  A config with `pretrained.path` runs `experiments.demo.pipeline_pretrained` instead
   (pretrained start, RFT control). `{workdir}` in tokenizer.path is replaced
   by `workdir`.
   """

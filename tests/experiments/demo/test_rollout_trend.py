@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from rl_post.eval import rollout_trend
+from experiments.demo import rollout_trend
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def _record(step, **cells):

@@ -1,7 +1,7 @@
 """The demo pipeline over several seeds: per-seed rows, mean and spread.
 
 Seed s runs `pipeline.run` with `config.seed = s` under workdir/seed_<s>
-(a rerun resumes each seed's stages), then `rl_post.eval.seeds` reduces the
+(a rerun resumes each seed's stages), then `experiments.demo.seeds` reduces the
 before/after completion rates into workdir/seeds.json and seeds.md.
 """
 
@@ -19,10 +19,9 @@ import jax
 import ml_collections
 from absl import logging
 
-from rl_post import pipeline
+from experiments.demo import pipeline, seed_plots
+from experiments.demo import seeds as seeds_lib
 from rl_post.errors import ConfigError
-from rl_post.eval import seed_plots
-from rl_post.eval import seeds as seeds_lib
 from rl_post.metrics import host_cpu
 
 
@@ -75,7 +74,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
   Returns:
     {"rows": [...], "aggregate": {...}, "machine": {...}, "command": ...,
      "paths": {"json": ..., "md": ...}}; with the demo's control arm also
-    "arms" and "curves" in paths, its PNGs over seeds (`eval.seed_plots`).
+    "arms" and "curves" in paths, its PNGs over seeds (`seed_plots`).
   """
   seeds = check_seeds(seeds)
   if jobs < 1:

@@ -16,9 +16,9 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
+from experiments.demo.rollout_trend import read_run
+from experiments.demo.seeds import spread
 from rl_post.errors import ConfigError, MissingInputError, reading
-from rl_post.eval.rollout_trend import read_run
-from rl_post.eval.seeds import spread
 
 _DOMAIN_RE = re.compile(r"^eval/(?P<domain>[^/]+)/pass_rate$")
 _LEVEL_RE = re.compile(r"^eval/(?P<domain>[^/]+)/difficulty_(?P<level>-?\d+)/pass_rate$")

@@ -1,4 +1,4 @@
-"""Held-out greedy completion against RL steps, over seeds (rl_post.eval.heldout_curve)."""
+"""Held-out greedy completion against RL steps, over seeds (experiments.demo.heldout_curve)."""
 
 import json
 import os
@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
+from experiments.demo import heldout_curve
 from rl_post.errors import ConfigError, MissingInputError
-from rl_post.eval import heldout_curve
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SCRIPT = os.path.join(ROOT, "experiments", "heldout_curve.py")
 
 

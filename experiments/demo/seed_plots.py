@@ -8,9 +8,9 @@
   seeds_curves.png  per RL step and seed: reward (rolling mean), KL to the
                     reference and policy entropy
 
-`write` is what `rl_post.seed_runs` calls after the seeds ran, and what
-`experiments/plot_seeds.py` calls on a recorded result. Like `plots`, it
-draws only values seeds.json or metrics.jsonl hold.
+`write` is what `seed_runs` calls after the seeds ran, and what
+`experiments/plot_seeds.py` calls on a recorded result. Like
+`rl_post.eval.plots`, it draws only values seeds.json or metrics.jsonl hold.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def write(seeds_result: Mapping[str, Any], metrics_dir_template: str, out_dir: s
   """Both PNGs into out_dir; returns {"arms": path, "curves": path}.
 
   Args:
-    seeds_result: seeds.json's dict (`rl_post.seed_runs.run`'s output).
+    seeds_result: seeds.json's dict (`experiments.demo.seed_runs.run`'s output).
     metrics_dir_template: the folder holding seed s's RL metrics.jsonl, with
       "{seed}" in it (demo_seeds.py: "<workdir>/seed_{seed}/rl").
     out_dir: where the PNGs go (created).

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from configs import base
-from rl_post import pipeline, pipeline_pretrained
+from experiments.demo import pipeline, pipeline_pretrained
 from rl_post.errors import ConfigError
 from tiny_pretrained import save
 
@@ -78,7 +78,7 @@ def test_missing_control_settings_fail_before_any_stage(hf_dir, tmp_path):
 
 
 def test_seeds_run_the_pretrained_pipeline_and_aggregate(hf_dir, tmp_path):
-  from rl_post import seed_runs
+  from experiments.demo import seed_runs
   out = seed_runs.run(_config(hf_dir), str(tmp_path), [0, 1])
   assert [row["seed"] for row in out["rows"]] == [0, 1]
   assert {"before", "after", "control"} <= set(out["rows"][0])

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from rl_post.eval import demo_tables
+from experiments.demo import demo_tables
 
 DOMAIN = ["a", "a", "a", "a", "b", "b"]
 LEVEL = [1, 1, 2, 2, 1, 1]

@@ -16,12 +16,11 @@ import sys
 import pytest
 
 from child_process import xla_flags
-from rl_post import seed_runs
+from experiments.demo import seed_runs, seeds
 from rl_post.errors import ConfigError
-from rl_post.eval import seeds
 from rl_post.metrics.writers import read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def _summary(before, after, diff, by_domain=None):
@@ -50,7 +49,7 @@ def _pretrained_summary(before, after, control, rl_s):
   """A summary.json as the pretrained pipeline writes it: demo tables without a
   demonstrations split, the pretrained arm names, sampled macro rates."""
   import numpy as np
-  from rl_post.eval import demo_tables
+  from experiments.demo import demo_tables
   domain, level = ["a", "a", "b", "b"], [1, 1, 1, 1]
   ev = lambda c: {"correct": np.array(c, bool), "domain": domain, "difficulty": np.array(level)}
   arms = {"before": ev(before), "after": ev(after), "control": ev(control)}

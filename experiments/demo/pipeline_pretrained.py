@@ -16,7 +16,7 @@ import os
 import ml_collections
 from absl import logging
 
-from rl_post import pipeline_stages
+from experiments.demo import pipeline_stages
 from rl_post.config_sections import from_section
 from rl_post.data import batching
 from rl_post.data.hf_tokenizer import load_tokenizer

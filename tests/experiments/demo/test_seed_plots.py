@@ -1,4 +1,4 @@
-"""rl_post.eval.seed_plots and experiments/plot_seeds.py: the demo's plots over seeds."""
+"""experiments.demo.seed_plots and experiments/plot_seeds.py: the demo's plots over seeds."""
 
 import json
 import os
@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
+from experiments.demo import seed_plots
 from rl_post.errors import MissingInputError
-from rl_post.eval import seed_plots
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _PNG = b"\x89PNG\r\n\x1a\n"
 
 

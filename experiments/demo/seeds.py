@@ -1,10 +1,11 @@
 """Mean, spread and 95% interval of demo results over seeds.
 
 One row per seed holds the before/after completion rates of that seed's
-report (`report.write_report`'s summary.json); `aggregate` reduces a field
-over the rows: mean, sample standard deviation (ddof=1), min, max and the
-Student-t 95% interval of the mean (n - 1 degrees of freedom), which is
-what "the figure varies by this much across seeds" means for n >= 2.
+report (`rl_post.eval.report.write_report`'s summary.json); `aggregate`
+reduces a field over the rows: mean, sample standard deviation (ddof=1),
+min, max and the Student-t 95% interval of the mean (n - 1 degrees of
+freedom), which is what "the figure varies by this much across seeds" means
+for n >= 2.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import Any
 
 from scipy import stats as scipy_stats
 
-from rl_post.eval import demo_tables
+from experiments.demo import demo_tables
 
 # (field, the summary.json eval or comparison it comes from)
 RATE_FIELDS = ("before", "after", "before_sampled", "after_sampled")
 DIFF_FIELDS = {"diff": "", "diff_sampled": "_sampled"}
-# From summary.json's "demo" tables (rl_post.eval.demo_tables), when present: the control
+# From summary.json's "demo" tables (experiments.demo.demo_tables), when present: the control
 # arm, rates averaged over domains (greedy and sampled), RL - control paired over all
 # problems, and the levels without demonstrations (a start trained on demonstrations).
 DEMO_FIELDS = ("control", "control_sampled", "macro_before", "macro_after", "macro_control",

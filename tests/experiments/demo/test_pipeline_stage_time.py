@@ -3,7 +3,7 @@
 import json
 import time
 
-from rl_post import pipeline_stages
+from experiments.demo import pipeline_stages
 
 
 def test_a_resumed_stage_reports_its_time_over_every_run(tmp_path):
