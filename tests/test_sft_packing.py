@@ -18,7 +18,7 @@ RESPONSES = ["<answer>3</answer>", "<think>7+8+0=5,1 4+3+1=8,0</think>\n<answer>
 
 
 def _lengths(tokenizer):
-  return [len(batching._demonstration_ids(tokenizer, p, r)[0]) for p, r in zip(PROMPTS, RESPONSES)]
+  return [len(batching.demonstration_ids(tokenizer, p, r)[0]) for p, r in zip(PROMPTS, RESPONSES)]
 
 
 def test_first_fit_packing_keeps_each_demonstration_whole(tokenizer):
@@ -101,7 +101,7 @@ def test_rows_twice_the_longest_hold_two_demonstrations_each(tokenizer):
   domain = Arithmetic(max_difficulty=2, operations="+")
   tasks = [domain.generate(np.random.default_rng(i), 2) for i in range(16)]
   prompts, responses = [t.prompt for t in tasks], [domain.demonstration(t) for t in tasks]
-  longest = max(len(batching._demonstration_ids(tokenizer, p, r)[0])
+  longest = max(len(batching.demonstration_ids(tokenizer, p, r)[0])
                 for p, r in zip(prompts, responses))
   batch, dropped = batching.pack_demonstrations(tokenizer, prompts, responses, 2 * longest)
   assert dropped == 0 and batch["tokens"].shape[0] <= 8

@@ -65,25 +65,29 @@ def encode_prompts(tokenizer: Tokenizer, tasks: Sequence[Task], max_prompt_len: 
   return prompts_BxP, np.array([len(s) for s in ids], np.int32)
 
 
-def _demonstration_ids(tokenizer: Tokenizer, prompt: str, response: str):
+def demonstration_ids(tokenizer: Tokenizer, prompt: str, response: str):
   """(ids, loss mask) of one demonstration: prompt (mask 0), response + EOS (mask 1)."""
   p = prompt_ids(tokenizer, prompt)
   r = tokenizer.encode(response) + [tokenizer.eos_id]
   return p + r, [0] * len(p) + [1] * len(r)
 
 
-def pack_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str], responses: Sequence[str],
-                        max_len: int, row_multiple: int = 1) -> tuple[dict[str, np.ndarray], int]:
-  """SFT batch with several demonstrations per row (sequence packing).
+Rendered = tuple[list[int], list[int]]  # (ids, loss mask) of one example
 
-  Demonstrations go, longest first, into the first row of `max_len` tokens
-  with room for them (first-fit decreasing; a new row when none has), and
-  the rows are padded to a multiple of `row_multiple` (few distinct shapes,
-  so few compilations). Each keeps its own positions (from 0) and a segment id (1,
-  2, ... within its row; 0 is padding), so attention never crosses
-  examples and the loss is the one of the same examples padded one per
-  row. Only examples longer than max_len are dropped (never truncated) and
-  counted, as in `encode_demonstrations`.
+
+def pack_rendered(examples: Sequence[Rendered], max_len: int, pad_id: int,
+                  row_multiple: int = 1) -> tuple[dict[str, np.ndarray], int]:
+  """SFT batch with several examples per row (sequence packing).
+
+  Examples ((ids, loss mask) pairs: a demonstration, `demonstration_ids`, or
+  a multi-turn episode with a mask per token) go, longest first, into the
+  first row of `max_len` tokens with room for them (first-fit decreasing; a
+  new row when none has), and the rows are padded to a multiple of
+  `row_multiple` (few distinct shapes, so few compilations). Each keeps its
+  own positions (from 0) and a segment id (1, 2, ... within its row; 0 is
+  padding), so attention never crosses examples and the loss is the one of
+  the same examples padded one per row. Only examples longer than max_len
+  are dropped (never truncated) and counted, as in `encode_rendered`.
 
   Returns:
     ({"tokens", "mask", "positions", "segments"}: int32 [rows, max_len]),
@@ -91,11 +95,9 @@ def pack_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str], responses:
   """
   if row_multiple < 1:
     raise ValueError(f"row_multiple must be >= 1, got {row_multiple}")
-  examples = [_demonstration_ids(tokenizer, p, r)
-              for p, r in zip(prompts, responses, strict=True)]
   kept = sorted((e for e in examples if len(e[0]) <= max_len), key=lambda e: -len(e[0]))
   dropped = len(examples) - len(kept)
-  rows: list[list[tuple[list[int], list[int]]]] = []
+  rows: list[list[Rendered]] = []
   used: list[int] = []
   for ids, mask in kept:
     row = next((r for r, n in enumerate(used) if n + len(ids) <= max_len), None)
@@ -108,7 +110,7 @@ def pack_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str], responses:
   num_rows = max(1, -(-len(rows) // row_multiple)) * row_multiple
   batch = {k: np.zeros((num_rows, max_len), np.int32)
            for k in ("tokens", "mask", "positions", "segments")}
-  batch["tokens"][:] = tokenizer.pad_id
+  batch["tokens"][:] = pad_id
   for r, row_examples in enumerate(rows):
     start = 0
     for seg, (ids, mask) in enumerate(row_examples, start=1):
@@ -121,26 +123,37 @@ def pack_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str], responses:
   return batch, dropped
 
 
-def encode_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str],
-                          responses: Sequence[str], max_len: int):
-  """SFT batch: tokens_BxT, loss mask_BxT on response + EOS, and #dropped.
+def pack_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str], responses: Sequence[str],
+                        max_len: int, row_multiple: int = 1) -> tuple[dict[str, np.ndarray], int]:
+  """`pack_rendered` of the (prompt, response) demonstrations (`demonstration_ids`)."""
+  return pack_rendered([demonstration_ids(tokenizer, p, r)
+                        for p, r in zip(prompts, responses, strict=True)],
+                       max_len, tokenizer.pad_id, row_multiple)
 
-  Examples longer than max_len are dropped (never truncated: a truncated
-  demonstration teaches the model to stop mid-answer) and counted.
+
+def encode_rendered(examples: Sequence[Rendered], max_len: int, pad_id: int):
+  """SFT batch, one example per row: tokens_BxT, loss mask_BxT, and #dropped.
+
+  Examples are (ids, loss mask) pairs; those longer than max_len are dropped
+  (never truncated: a truncated demonstration teaches the model to stop
+  mid-answer) and counted.
   """
-  rows, masks = [], []
-  for prompt, response in zip(prompts, responses, strict=True):
-    ids, mask = _demonstration_ids(tokenizer, prompt, response)
-    if len(ids) > max_len:
-      continue
-    rows.append(ids)
-    masks.append(mask)
-  tokens_BxT = np.full((len(rows), max_len), tokenizer.pad_id, np.int32)
-  mask_BxT = np.zeros((len(rows), max_len), np.int32)
-  for i, (seq, m) in enumerate(zip(rows, masks)):
+  kept = [(ids, mask) for ids, mask in examples if len(ids) <= max_len]
+  tokens_BxT = np.full((len(kept), max_len), pad_id, np.int32)
+  mask_BxT = np.zeros((len(kept), max_len), np.int32)
+  for i, (seq, m) in enumerate(kept):
     tokens_BxT[i, :len(seq)] = seq
     mask_BxT[i, :len(m)] = m
-  return tokens_BxT, mask_BxT, len(prompts) - len(rows)
+  return tokens_BxT, mask_BxT, len(examples) - len(kept)
+
+
+def encode_demonstrations(tokenizer: Tokenizer, prompts: Sequence[str],
+                          responses: Sequence[str], max_len: int):
+  """`encode_rendered` of the (prompt, response) demonstrations: the loss mask covers
+  response + EOS."""
+  return encode_rendered([demonstration_ids(tokenizer, p, r)
+                          for p, r in zip(prompts, responses, strict=True)],
+                         max_len, tokenizer.pad_id)
 
 
 def decode_responses(tokenizer: Tokenizer, tokens_BxT: np.ndarray, mask_BxT: np.ndarray):

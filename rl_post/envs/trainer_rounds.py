@@ -46,7 +46,7 @@ import jax
 import numpy as np
 
 from rl_post.config_sections import check, from_section
-from rl_post.envs import chat
+from rl_post.envs import chat, protocol
 from rl_post.envs import domains as domains_lib
 from rl_post.envs import tools as tools_lib
 from rl_post.envs.call_vocab import BUILTIN_TOOLS, CallVocabTokenizer, calls_for
@@ -230,6 +230,19 @@ def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
   return EpisodeRounds(section, seed=int(config.seed), tokenizer=tokenizer, sampling=sampling)
 
 
+def encoders(config: EpisodesConfig, tokenizer):
+  """(encode_prompt, encode_observation) of the run's episodes: through the chat template
+  (`chat.chat_encoders`) when `chat_template` is "on", or "auto" and the tokenizer wraps
+  prompts in its template; else the plain prompt text and the tool response as text
+  (special tokens off, `protocol.text_encoder`). The oracle episodes of an SFT cold start
+  are rendered with the same two (`rl_post.sft.episodes`)."""
+  use_chat = config.chat_template == "on" or (
+      config.chat_template == "auto" and getattr(tokenizer, "chat_prompts", False))
+  if use_chat:
+    return chat.chat_encoders(tokenizer)
+  return tokenizer.encode, protocol.text_encoder(tokenizer)
+
+
 def episode_rewards(verifier_B, calls_B, successes_B, weight: float) -> np.ndarray:
   """verifier + weight * (successful calls / calls) per episode (0 shaping without calls).
 
@@ -313,12 +326,8 @@ class EpisodeRounds:
     self.tokenizer = tokenizer
     self.sampling = dataclasses.replace(sampling,
                                         stop_check_interval=config.stop_check_interval)
-    self.encoders = {}
-    use_chat = config.chat_template == "on" or (
-        config.chat_template == "auto" and getattr(tokenizer, "chat_prompts", False))
-    if use_chat:
-      encode_prompt, encode_observation = chat.chat_encoders(tokenizer)
-      self.encoders = dict(encode_prompt=encode_prompt, encode_observation=encode_observation)
+    encode_prompt, encode_observation = encoders(config, tokenizer)
+    self.encoders = dict(encode_prompt=encode_prompt, encode_observation=encode_observation)
     self._sandbox = None
     self._metrics = EpisodeMetrics()
 

@@ -2,7 +2,9 @@
 
 Each step draws tasks from the mixture's "sft" stream (held-out tasks are
 excluded), renders each domain's reference response, and trains on the
-response tokens only. The final params are exported to `workdir/export`
+response tokens only; or takes the next examples of `sft.dataset`
+(single-turn pairs, or multi-turn tool-use episodes whose loss covers the
+assistant turns only). The final params are exported to `workdir/export`
 for the RL stage to start from.
 """
 
@@ -22,7 +24,9 @@ from rl_post.config_sections import check, from_section
 from rl_post.data import batching, tokenizer_fingerprint
 from rl_post.data.mixture import TaskConfig, TaskMixture
 from rl_post.errors import ConfigError
+from rl_post.envs import trainer_rounds
 from rl_post.sft import dataset as sft_dataset
+from rl_post.sft import episodes as sft_episodes
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
@@ -55,9 +59,12 @@ class SFTConfig:
       each compiled once), instead of batch_size rows.
     pack_row_multiple: with packing, rows per batch are a multiple of this
       (and of the mesh's batch axes).
-    dataset: a JSONL file of {"prompt", "response"} examples to train on
-      instead of the domains' demonstrations ("": demonstrations), e.g. a
-      rejection-sampling fine-tuning set (`rl_post/sft/dataset.py`).
+    dataset: a JSONL file of examples to train on instead of the domains'
+      demonstrations ("": demonstrations): {"prompt", "response"} pairs, e.g.
+      a rejection-sampling fine-tuning set, or multi-turn {"messages"}
+      episodes, e.g. the oracle episodes of a cold start, rendered as the
+      config's `episodes` section renders RL episodes, with the loss on the
+      assistant turns only (`rl_post/sft/dataset.py`, `rl_post/sft/episodes.py`).
   """
   num_steps: int = 500
   batch_size: int = 64
@@ -105,21 +112,25 @@ def make_sft_loss(model_config, context_mesh=None):
 
 
 def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConfig,
-                        examples=None, seed: int = 0):
+                        examples=None, seed: int = 0, render_episode=None):
   """tokens/mask [rows, max_len] for SFT step `step` (with packing, positions and
-  segments too), plus #dropped. With `examples` ((prompt, response) pairs of
-  `sft.dataset`), the step's batch comes from them instead of the mixture."""
+  segments too), plus #dropped. With `examples` (of `sft.dataset`: (prompt,
+  response) pairs or multi-turn `Episode`s), the step's batch comes from them
+  instead of the mixture; `render_episode` turns an episode into (ids, loss
+  mask) (`rl_post.sft.episodes.renderer`)."""
   if examples is not None:
-    prompts, responses = sft_dataset.example_batch(examples, step, sft.batch_size, seed)
+    rendered = [render_episode(e) if isinstance(e, sft_dataset.Episode)
+                else batching.demonstration_ids(tokenizer, *e)
+                for e in sft_dataset.pick(examples, step, sft.batch_size, seed)]
   else:
     tasks = mixture.sample(step, sft.batch_size, stream="sft")
-    prompts = [t.prompt for t in tasks]
-    responses = [mixture.domain_of(t).demonstration(t) for t in tasks]
+    rendered = [batching.demonstration_ids(tokenizer, t.prompt,
+                                           mixture.domain_of(t).demonstration(t))
+                for t in tasks]
   if sft.packing:
-    return batching.pack_demonstrations(tokenizer, prompts, responses, sft.max_len,
-                                        sft.pack_row_multiple)
-  tokens, mask, dropped = batching.encode_demonstrations(tokenizer, prompts, responses,
-                                                         sft.max_len)
+    return batching.pack_rendered(rendered, sft.max_len, tokenizer.pad_id,
+                                  sft.pack_row_multiple)
+  tokens, mask, dropped = batching.encode_rendered(rendered, sft.max_len, tokenizer.pad_id)
   missing = sft.batch_size - tokens.shape[0]  # dropped rows become all-masked padding
   tokens = np.pad(tokens, ((0, missing), (0, 0)), constant_values=tokenizer.pad_id)
   mask = np.pad(mask, ((0, missing), (0, 0)))
@@ -157,13 +168,18 @@ def train(config, workdir: str) -> dict:
   """Runs (or resumes) SFT; exports params to workdir/export."""
   sections = sft_sections(config)  # before the run's inputs are read
   sft, tasks, opt = sections["sft"], sections["tasks"], sections["opt"]
-  ctx = setup_run(config, workdir)
+  examples = sft_dataset.load_examples(sft.dataset) if sft.dataset else None
+  episodes = None  # multi-turn examples are rendered as the config's RL episodes are
+  if examples and any(isinstance(e, sft_dataset.Episode) for e in examples):
+    episodes = sft_episodes.episodes_section(config, sft.dataset)
+  # an episodes cold start trains with the RL run's tokenizer (call_vocab for the tiny model)
+  ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
+  render_episode = sft_episodes.renderer(episodes, ctx.tokenizer) if episodes else None
   if sft.row_multiple % ctx.batch_divisor():
     field = "sft.pack_row_multiple" if sft.packing else "sft.batch_size"
     raise ConfigError(field, sft.row_multiple, f"rows per batch must be a multiple of the mesh "
                       f"batch axes ({ctx.batch_divisor()})")
   mixture = TaskMixture(tasks, int(config.seed))
-  examples = sft_dataset.load_examples(sft.dataset) if sft.dataset else None
   optimizer = make_optimizer(opt)
   shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
   batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in sft.batch_keys}
@@ -217,7 +233,7 @@ def train(config, workdir: str) -> dict:
     while it < sft.num_steps:
       with timer("step"):
         batch, dropped = demonstration_batch(mixture, ctx.tokenizer, it, sft, examples,
-                                             int(config.seed))
+                                             int(config.seed), render_episode)
         _check_dropped(dropped, it + 1, sft)
         state, metrics = step_fn(state, process_data.put_batch(batch, batch_sharding))
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}

@@ -221,6 +221,24 @@ def scoped_run(train_fn):
   return wrapped
 
 
+def run_tokenizer(config: ml_collections.ConfigDict, tokenizer=None) -> Tokenizer:
+  """The run's tokenizer: `tokenizer` (e.g. the call-vocabulary one of
+  `episodes.tokenizer="call_vocab"`) or the one at `tokenizer.path`, with the
+  `tokenizer` section's prompt settings applied (`batching.configure_prompts`).
+
+  Raises:
+    MissingInputError: on `tokenizer.path`, when it does not exist.
+  """
+  if tokenizer is None:
+    if not os.path.exists(config.tokenizer.path):
+      raise MissingInputError("tokenizer.path", config.tokenizer.path,
+                              "does not exist; build it with experiments/build_tokenizer.py "
+                              "(same --config.tokenizer.path)")
+    with errors.reading("tokenizer.path", config.tokenizer.path):
+      tokenizer = load_tokenizer(config.tokenizer.path)
+  return batching.configure_prompts(tokenizer, config.tokenizer)
+
+
 def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -> RunContext:
   """Validates the shared sections; the trainer writes workdir/config.json
   (`RunContext.write_config`) once its state is restored or created, so a run
@@ -247,14 +265,7 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -
   sharding.validate_rules(rules, mesh.axis_names)
   jax.set_mesh(mesh)  # the run's mesh in context: model activations follow `rules` too
   sharding.set_activation_rules(rules)
-  if tokenizer is None:
-    if not os.path.exists(config.tokenizer.path):
-      raise MissingInputError("tokenizer.path", config.tokenizer.path,
-                              "does not exist; build it with experiments/build_tokenizer.py "
-                              "(same --config.tokenizer.path)")
-    with errors.reading("tokenizer.path", config.tokenizer.path):
-      tokenizer = load_tokenizer(config.tokenizer.path)
-  batching.configure_prompts(tokenizer, config.tokenizer)
+  tokenizer = run_tokenizer(config, tokenizer)
   model_config = model_config_from(config, tokenizer)
   if model_config.vocab_size < tokenizer.vocab_size:
     raise ConfigError("model.vocab_size", model_config.vocab_size, f"is smaller than the "

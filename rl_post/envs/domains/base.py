@@ -16,6 +16,8 @@ is one module plus one config line (`episodes.domains`).
 """
 
 import abc
+import hashlib
+import json
 from typing import Optional
 
 import numpy as np
@@ -47,3 +49,16 @@ class EnvDomain(abc.ABC):
   def make_env(self, **kwargs) -> Env:
     """A fresh environment (`Env` keyword arguments: limits, max_turns, extra_tools)."""
     return self.env_class(**kwargs)
+
+
+def task_key(task: Task) -> str:
+  """A fingerprint of what an episode of `task` shows and is graded on: its domain,
+  level, prompt, target and metadata (the work dir, database, ...), never its id.
+
+  Env domains draw a random number into `task_id`, so two draws of the same
+  problem have different ids; sets that must not share a problem (held-out
+  evaluation, cold-start demonstrations, training draws) compare these keys.
+  """
+  content = json.dumps([task.domain, task.difficulty, task.prompt, task.target,
+                        task.metadata], sort_keys=True, default=repr)
+  return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
