@@ -9,6 +9,8 @@ import os
 import statistics
 
 DEFAULT_ENVS = os.environ.get("RL_POST_BASELINE_ENVS", "/work/envs")
+# our aggregation -> TRL's loss_type with the same normalisation (one process, one step)
+LOSS_TYPES = {"token_mean": "dapo", "sequence_mean": "grpo", "sequence_sum_norm": "dr_grpo"}
 
 
 class BaselineEnvMissing(RuntimeError):
@@ -58,3 +60,17 @@ def comparison_table(rows: list[dict], reference: str) -> str:
                  f"{r['s_per_step'] / ref['s_per_step']:>8.2f}{r['rollout_tokens_per_s']:>15.0f}"
                  f"{passed}{r['reward_mean'][-1]:>15.3f}")
   return "\n".join(lines)
+
+
+def compile_steps(rows: list[dict]) -> list[dict]:
+  """The steps after the first whose update compiled: the first with a new (shared
+  prefix, width) pair, each a program of its own. The median s/step leaves them out,
+  as it leaves out step 1; `total_s` counts them."""
+  seen, out = set(), []
+  for i, r in enumerate(rows):
+    key = (r.get("rollout/shared_prefix_len", 0.0), r["rollout/update_width"])
+    if key not in seen and i:
+      out.append(dict(step=r["step"], s=r["time/step_s"], shared_prefix_len=key[0],
+                      update_width=key[1]))
+    seen.add(key)
+  return out

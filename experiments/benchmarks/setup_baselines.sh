@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates the benchmark baselines' own virtual environments (never the library's .venv):
-#   $ENVS/trl    trl==1.16.0 with a CPU torch and the transformers it accepts
+#   $ENVS/trl    trl==1.16.0 with a CPU torch, the transformers it accepts and reasoning-gym
 #   $ENVS/tunix  google-tunix==0.1.7 with the jax/flax it resolves
 # and writes each env's resolved versions to $ENVS/<name>/versions.txt.
 #   bash experiments/benchmarks/setup_baselines.sh            # both
@@ -11,8 +11,10 @@ set -euo pipefail
 
 ENVS=${ENVS:-/work/envs}
 PYTHON=${PYTHON:-python3.11}
-# sentencepiece loads our tokenizer model on the TRL side (trl_side.py).
-TRL_PINS=(trl==1.16.0 "torch==2.13.0" "transformers==5.24.0" "sentencepiece==0.2.3")
+# sentencepiece loads our tokenizer model on the TRL side (trl_side.py); reasoning-gym
+# (the library's pin) lets it verify our rg/<generator> domains with our own code.
+TRL_PINS=(trl==1.16.0 "torch==2.13.0" "transformers==5.24.0" "sentencepiece==0.2.3"
+          "reasoning-gym==0.1.25")
 TUNIX_PINS=(google-tunix==0.1.7)
 WANTED=("$@")
 [ ${#WANTED[@]} -eq 0 ] && WANTED=(trl tunix)

@@ -40,8 +40,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from configs import grpo_arithmetic, sft_arithmetic  # noqa: E402
-from experiments.benchmarks.baselines import (BaselineEnvMissing, baseline_python,  # noqa: E402
-                                              comparison_table, env_python, step_summary)
+from experiments.benchmarks.baselines import (LOSS_TYPES, BaselineEnvMissing,  # noqa: E402
+                                              baseline_python, comparison_table, compile_steps,
+                                              env_python, step_summary)
 from rl_post import models  # noqa: E402
 from rl_post.checkpoint.params import load_params, save_params  # noqa: E402
 from rl_post.config_sections import from_section  # noqa: E402
@@ -58,8 +59,6 @@ from rl_post.training.optimizer import OptimizerConfig  # noqa: E402
 from rl_post.training.run import model_config_from  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "vs_trl.json")
-# our aggregation -> TRL's loss_type with the same normalisation (one process, one step)
-LOSS_TYPES = {"token_mean": "dapo", "sequence_mean": "grpo", "sequence_sum_norm": "dr_grpo"}
 
 
 def bench_config(args, workdir: str):
@@ -149,20 +148,6 @@ def cpu_marks_of_writes(marks: list):
 
   trainer.MetricWriter.write = write
   return lambda: setattr(trainer.MetricWriter, "write", original)
-
-
-def compile_steps(rows: list[dict]) -> list[dict]:
-  """The steps after the first whose update compiled: the first with a new (shared
-  prefix, width) pair, each a program of its own. The median s/step leaves them out,
-  as it leaves out step 1; `total_s` counts them."""
-  seen, out = set(), []
-  for i, r in enumerate(rows):
-    key = (r.get("rollout/shared_prefix_len", 0.0), r["rollout/update_width"])
-    if key not in seen and i:
-      out.append(dict(step=r["step"], s=r["time/step_s"], shared_prefix_len=key[0],
-                      update_width=key[1]))
-    seen.add(key)
-  return out
 
 
 def run_ours(c, export: str, workdir: str) -> dict:
