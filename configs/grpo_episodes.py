@@ -28,15 +28,17 @@ def episodes_section(**overrides) -> dict:
                  tokenizer="call_vocab", call_vocab_copies=4, chat_template="auto",
                  stop_check_interval=8,
                  limits=dict(per_call_s=5.0, per_episode_s=30.0, max_output_chars=400),
-                 sandbox=dict(num_workers=2, timeout_s=10.0))
+                 sandbox=dict(num_workers=2, timeout_s=10.0),
+                 heldout_size=0, heldout_difficulties=(), heldout_ks=(1, 4))
   section.update(overrides)
   return section
 
 
 def get_config(variant: str = ""):
   c = base.get_base()
-  c.episodes = episodes_section()
-  c.tasks.heldout_size = 0   # the held-out evaluation is single-turn; episodes have none yet
+  # held out: 2 tasks of each domain and level 1-3, apart from training (which draws level 1)
+  c.episodes = episodes_section(heldout_size=18, heldout_difficulties=(1, 2, 3))
+  c.tasks.heldout_size = 0   # the single-turn held-out set; episodes have episodes.heldout_size
   c.rewards.num_workers = 0  # the reward pool is unused (episodes score themselves)
   # prompts (tool list and protocol, one token per character) are 470-620 tokens
   c.rl.update(num_steps=40, batch_size=4, num_generations=4, max_prompt_len=1024,

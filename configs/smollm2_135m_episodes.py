@@ -22,9 +22,12 @@ from configs.smollm2_135m_sft import pretrained_sections
 
 def get_config(variant: str = ""):
   c = pretrained_sections(base.get_base())
+  # held out: 4 tasks of each domain and level 1-3, apart from training and the cold start
+  # (configs/smollm2_135m_episodes_sft.py), greedy and 4 samples each (pass@1, pass@4)
   c.episodes = episodes_section(tokenizer="", chat_template="on", max_turns=4,
-                                turn_tokens=128, call_success_weight=0.2)
-  c.tasks.heldout_size = 0   # the held-out evaluation is single-turn
+                                turn_tokens=128, call_success_weight=0.2, heldout_size=36,
+                                heldout_difficulties=(1, 2, 3))
+  c.tasks.heldout_size = 0   # the single-turn held-out set; episodes have episodes.heldout_size
   c.rewards.num_workers = 0  # the reward pool is unused (episodes score themselves)
   # prompts in the chat template are ~160-200 tokens (tool list and protocol included)
   c.rl.update(num_steps=100, batch_size=4, num_generations=4, max_prompt_len=256,

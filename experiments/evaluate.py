@@ -12,6 +12,11 @@ model, e.g. SmolLM2's GGUF for configs/smollm2_135m_grpo.py). The config gives t
 rl.max_new_tokens, rl.max_prompt_len). A checkpoint or tokenizer file that
 cannot be read is a one-line error naming --checkpoint or tokenizer.path
 (exit status 2; docs/cli.md).
+
+With an enabled `episodes` section the held-out set is the episode tasks
+of `episodes.heldout_size` (docs/envs.md, held-out evaluation): greedy and
+sampled episodes, verified success, tool-call success, turns, tokens and
+pass@k per domain and level.
 """
 
 import _bootstrap  # noqa: F401
@@ -20,7 +25,8 @@ from ml_collections import config_flags
 
 from rl_post import cli
 from rl_post.errors import ConfigError
-from rl_post.evaluate import checkpoint_eval
+from rl_post.envs import trainer_rounds
+from rl_post.evaluate import checkpoint_eval, episodes
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate (default: the "
@@ -46,8 +52,10 @@ def main(argv):
       _CONFIG.value, num_samples=_NUM_SAMPLES.value, ks=_ks(), temperature=_TEMPERATURE.value,
       max_new_tokens=_MAX_NEW_TOKENS.value, batch_size=_BATCH_SIZE.value)
   checkpoint = cli.checkpoint_or_pretrained(_CHECKPOINT.value, _CONFIG.value)
-  result = checkpoint_eval.evaluate_checkpoint(_CONFIG.value, checkpoint, settings)
-  paths = checkpoint_eval.write_outputs(_WORKDIR.value, result)
+  # an episodes config: its held-out episode tasks (rl_post/evaluate/episodes.py)
+  kind = episodes if trainer_rounds.load(_CONFIG.value.get("episodes")) else checkpoint_eval
+  result = kind.evaluate_checkpoint(_CONFIG.value, checkpoint, settings)
+  paths = kind.write_outputs(_WORKDIR.value, result)
   with open(paths["markdown"]) as f:
     print(f.read())
   print(f"wrote {paths['json']} and {paths['markdown']}")

@@ -15,7 +15,9 @@ behaviour log-prob) never carry loss, KL or value targets.
 
 Tasks come from the multi-step domains (`rl_post.envs.domains`: a
 registered name or "module:Class" each), drawn as a function of (seed,
-iteration, round) so a resumed run repeats them; `episodes.tools` adds
+iteration, round) so a resumed run repeats them, never one of the held-out
+set of `episodes.heldout_size` (`rl_post.envs.heldout`), which the
+trainer's evaluation runs (`rl_post.eval.episodes`); `episodes.tools` adds
 tools (name or "module:Class") to every domain's own. The sampling key is
 the trainer's. The tool sandbox is started on the first round and closed
 with the trainer.
@@ -45,182 +47,35 @@ from typing import Optional
 import jax
 import numpy as np
 
-from rl_post.config_sections import check, from_section
-from rl_post.envs import chat, protocol
-from rl_post.envs import domains as domains_lib
-from rl_post.envs import tools as tools_lib
-from rl_post.envs.call_vocab import BUILTIN_TOOLS, CallVocabTokenizer, calls_for
-from rl_post.envs.episodes import EpisodeConfig, run_episodes
+from rl_post.config_sections import from_section
+from rl_post.envs import heldout
+from rl_post.envs.domains.base import task_key
+from rl_post.envs.episodes import run_episodes
 from rl_post.envs.metrics import EpisodeMetrics
-from rl_post.envs.tools import ToolLimits
+# the `episodes` section (rl_post/envs/section.py), also reached from here
+from rl_post.envs.section import EpisodesConfig, encoders, load, tokenizer_for  # noqa: F401
 from rl_post.data import domain_stats
 from rl_post.errors import ConfigError
 from rl_post.rewards.scoring import ERROR_KINDS, RewardBatch
 from rl_post.sandbox import Sandbox, SandboxConfig
 from rl_post.tasks.base import Verdict
 
-TOKENIZERS = ("", "call_vocab")
-CHAT_TEMPLATE = ("auto", "on", "off")
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodesConfig:
-  """The `episodes` section.
-
-  Attributes:
-    enabled: rollout rounds run episodes (off: the single-turn trainer).
-    domains: multi-step domains to draw tasks from (uniformly): registered
-      names or "module:Class" of an `EnvDomain` subclass.
-    tools: tools offered in every episode besides its domain's own:
-      registered names or "module:Class" of a `Tool` subclass.
-    difficulties: levels drawn uniformly per task.
-    max_turns: model turns per episode.
-    turn_tokens: sampling budget of one turn (`rl.max_new_tokens` is the
-      whole episode's: model turns plus tool responses).
-    call_success_weight: weight of the call-success fraction (calls whose
-      tool ran / calls, the episode-ending `submit` not counted) added to
-      the verifier's reward; see the module docstring.
-    tokenizer: "" = the run's tokenizer (`tokenizer.path`); "call_vocab" =
-      `CallVocabTokenizer`, whose tool calls are single tokens, so a
-      random-weight model calls tools (CPU runs and tests).
-    call_vocab_copies: ids per tool call in the call_vocab tokenizer.
-    chat_template: prompts and tool responses through the tokenizer's chat
-      template: "on", "off", or "auto" (on when the tokenizer wraps prompts
-      in its template, as pretrained chat models do).
-    stop_check_interval: decode steps between checks for `</tool_call>`.
-    limits: `ToolLimits` fields (per-call / per-episode seconds, output size).
-    sandbox: `SandboxConfig` fields of the tool sandbox (strict isolation).
-  """
-  enabled: bool = False
-  domains: tuple = ("data_questions",)
-  tools: tuple = ()
-  difficulties: tuple = (1,)
-  max_turns: int = 4
-  turn_tokens: int = 64
-  call_success_weight: float = 0.0
-  tokenizer: str = ""
-  call_vocab_copies: int = 4
-  chat_template: str = "auto"
-  stop_check_interval: int = 8
-  limits: dict = dataclasses.field(default_factory=dict)
-  sandbox: dict = dataclasses.field(default_factory=lambda: dict(num_workers=2, timeout_s=10.0))
-
-  def __post_init__(self):
-    check(isinstance(self.enabled, bool), "enabled", "must be a bool", self.enabled)
-    check(bool(self.domains) and all(isinstance(d, str) and domains_lib.is_known(d)
-                                     for d in self.domains), "domains",
-          f"must be non-empty names from {domains_lib.available()} or 'module:Class'",
-          self.domains)
-    check(all(isinstance(t, str) and tools_lib.is_known(t) for t in self.tools), "tools",
-          f"must be names from {tools_lib.available()} or 'module:Class'", self.tools)
-    check(bool(self.difficulties) and all(isinstance(k, int) and k >= 1
-                                          for k in self.difficulties),
-          "difficulties", "must be non-empty ints >= 1", self.difficulties)
-    check(self.call_success_weight >= 0, "call_success_weight", "must be >= 0",
-          self.call_success_weight)
-    check(self.tokenizer in TOKENIZERS, "tokenizer", f"must be one of {TOKENIZERS}",
-          self.tokenizer)
-    check(isinstance(self.call_vocab_copies, int) and self.call_vocab_copies >= 1,
-          "call_vocab_copies", "must be an int >= 1", self.call_vocab_copies)
-    check(self.chat_template in CHAT_TEMPLATE, "chat_template",
-          f"must be one of {CHAT_TEMPLATE}", self.chat_template)
-    check(isinstance(self.stop_check_interval, int) and self.stop_check_interval >= 1,
-          "stop_check_interval", "must be an int >= 1", self.stop_check_interval)
-    try:
-      EpisodeConfig(max_turns=self.max_turns, turn_tokens=self.turn_tokens)
-    except ValueError as e:
-      field = "max_turns" if "max_turns" in str(e) else "turn_tokens"
-      raise ValueError(f"{field} must be an int >= 1, got {getattr(self, field)!r}") from None
-    object.__setattr__(self, "domains", tuple(self.domains))
-    object.__setattr__(self, "tools", tuple(self.tools))
-    object.__setattr__(self, "difficulties", tuple(self.difficulties))
-    object.__setattr__(self, "limits", dict(self.limits))
-    object.__setattr__(self, "sandbox", dict(self.sandbox))
-    # validated now, so a typo fails at start-up, not at the first round
-    from_section(ToolLimits, self.limits, "episodes.limits")
-    from_section(SandboxConfig, self.sandbox, "episodes.sandbox")
-
-  def env_domains(self) -> dict:
-    """spec -> EnvDomain for `domains`.
-
-    Raises:
-      ConfigError: on `episodes.domains`, for a domain that does not load.
-    """
-    out = {}
-    for spec in self.domains:
-      try:
-        out[spec] = domains_lib.make_domain(spec)
-        tools_lib.toolset(out[spec].env_class.tools)  # the domain's own tools load
-      except ValueError as e:
-        raise ConfigError("episodes.domains", spec, str(e)) from None
-    names = [d.name for d in out.values()]
-    if len(set(names)) != len(names):
-      raise ConfigError("episodes.domains", self.domains,
-                        f"name one domain twice (their names: {names})")
-    return out
-
-  def extra_tools(self) -> tuple:
-    """The Tools of `tools`.
-
-    Raises:
-      ConfigError: on `episodes.tools`, for a tool that does not load.
-    """
-    out = []
-    for spec in self.tools:
-      try:
-        out.append(tools_lib.make_tool(spec))
-      except ValueError as e:
-        raise ConfigError("episodes.tools", spec, str(e)) from None
-    try:
-      tools_lib.toolset(out)
-    except ValueError as e:
-      raise ConfigError("episodes.tools", self.tools, str(e)) from None
-    return tuple(out)
-
-  @property
-  def tool_limits(self) -> ToolLimits:
-    return ToolLimits(**self.limits)
-
-  @property
-  def episode(self) -> EpisodeConfig:
-    return EpisodeConfig(max_turns=self.max_turns, turn_tokens=self.turn_tokens)
-
-
-def load(section) -> Optional[EpisodesConfig]:
-  """The validated section, or None when absent or not enabled (single-turn rounds).
-
-  Raises:
-    ConfigError: naming `episodes.domains` or `episodes.tools` for an entry
-      that does not load (a bad "module:Class", a class of the wrong kind).
-  """
-  config = from_section(EpisodesConfig, section, "episodes")
-  if not config.enabled:
-    return None
-  extra = config.extra_tools()  # loaded now, so a bad name fails at start-up
-  for spec, domain in config.env_domains().items():
-    try:
-      tools_lib.toolset(tuple(domain.env_class.tools) + extra)
-    except ValueError as e:
-      raise ConfigError("episodes.tools", config.tools, f"with domain {spec!r}: {e}") from None
-  return config
-
-
-def tokenizer_for(config) -> Optional[CallVocabTokenizer]:
-  """The tokenizer the run must use instead of `tokenizer.path` (None: that one)."""
-  section = load(config.get("episodes"))
-  if section is None or section.tokenizer != "call_vocab":
-    return None
-  if not section.tools:
-    return CallVocabTokenizer(copies=section.call_vocab_copies)
-  return CallVocabTokenizer(calls=calls_for(BUILTIN_TOOLS + section.extra_tools()),
-                            copies=section.call_vocab_copies)
-
 
 def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
-  """The run's episode rounds, or None when `config.episodes` is absent or disabled."""
+  """The run's episode rounds, or None when `config.episodes` is absent or disabled.
+
+  Raises:
+    ConfigError: a single-turn held-out set (`tasks.heldout_size` > 0) beside
+      episodes: an episodes run evaluates `episodes.heldout_size` episode tasks.
+  """
   section = load(config.get("episodes"))
   if section is None:
     return None
+  heldout = (config.get("tasks") or {}).get("heldout_size", 0)
+  if heldout:
+    raise ConfigError("tasks.heldout_size", heldout, "is the single-turn held-out set; an "
+                      "episodes run evaluates held-out episode tasks: set it to 0 and use "
+                      "episodes.heldout_size")
   if rl.async_rewards:
     raise ValueError("episodes.enabled needs rl.async_rewards=False: an episode round scores "
                      "its episodes itself (the verifier runs at each episode's end)")
@@ -228,19 +83,6 @@ def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
     raise ConfigError("episodes.turn_tokens", section.turn_tokens, f"must be <= "
                       f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")
   return EpisodeRounds(section, seed=int(config.seed), tokenizer=tokenizer, sampling=sampling)
-
-
-def encoders(config: EpisodesConfig, tokenizer):
-  """(encode_prompt, encode_observation) of the run's episodes: through the chat template
-  (`chat.chat_encoders`) when `chat_template` is "on", or "auto" and the tokenizer wraps
-  prompts in its template; else the plain prompt text and the tool response as text
-  (special tokens off, `protocol.text_encoder`). The oracle episodes of an SFT cold start
-  are rendered with the same two (`rl_post.sft.episodes`)."""
-  use_chat = config.chat_template == "on" or (
-      config.chat_template == "auto" and getattr(tokenizer, "chat_prompts", False))
-  if use_chat:
-    return chat.chat_encoders(tokenizer)
-  return tokenizer.encode, protocol.text_encoder(tokenizer)
 
 
 def episode_rewards(verifier_B, calls_B, successes_B, weight: float) -> np.ndarray:
@@ -289,10 +131,12 @@ def reward_batch(verifier_N, calls_N, successes_N, weight: float,
 
 
 def draw_tasks(config: EpisodesConfig, seed: int, it: int, rnd: int, batch_size: int,
-               domains: Optional[dict] = None):
+               domains: Optional[dict] = None, exclude: frozenset = frozenset()):
   """`batch_size` tasks, a function of (seed, iteration, round) only.
 
   domains: spec -> EnvDomain (`config.env_domains()`, loaded when None).
+  exclude: task keys (`task_key`) never drawn, the held-out set's: such a
+    draw is redrawn at the same domain and level.
   """
   domains = config.env_domains() if domains is None else domains
   rng = np.random.default_rng([seed, it, rnd])
@@ -301,6 +145,13 @@ def draw_tasks(config: EpisodesConfig, seed: int, it: int, rnd: int, batch_size:
     spec = config.domains[int(rng.integers(len(config.domains)))]
     level = config.difficulties[int(rng.integers(len(config.difficulties)))]
     task = domains[spec].generate(rng, level)
+    for _ in range(heldout.MAX_REDRAWS):
+      if task_key(task) not in exclude:
+        break
+      task = domains[spec].generate(rng, level)
+    else:
+      raise ValueError(f"env domain {spec!r} level {level}: no task outside the held-out set "
+                       f"in {heldout.MAX_REDRAWS} draws; lower episodes.heldout_size")
     if task.domain != domains[spec].name:  # episodes are routed to their envs by this name
       raise ValueError(f"env domain {spec!r} made a task of domain {task.domain!r}; its "
                        f"tasks must carry its name {domains[spec].name!r}")
@@ -330,6 +181,8 @@ class EpisodeRounds:
     self.encoders = dict(encode_prompt=encode_prompt, encode_observation=encode_observation)
     self._sandbox = None
     self._metrics = EpisodeMetrics()
+    self.heldout = heldout.heldout_tasks(config, self.seed, self.domains)
+    self._heldout_keys = frozenset(task_key(t) for t in self.heldout)
 
   @property
   def sandbox(self) -> Sandbox:
@@ -346,6 +199,7 @@ class EpisodeRounds:
   def make_envs(self, tasks) -> list:
     """A fresh environment per task, from its domain, with the configured extra tools."""
     return [self._by_name[t.domain].make_env(limits=self.config.tool_limits,
+                                             max_turns=self.config.max_turns,
                                              extra_tools=self.extra_tools) for t in tasks]
 
   def launch(self, c, params, ref_params, timer, it: int, rnd: int) -> dict:
@@ -358,7 +212,8 @@ class EpisodeRounds:
     if rnd:
       key = jax.random.fold_in(key, rnd)
     with timer("rollout"):
-      tasks = draw_tasks(self.config, self.seed, it, rnd, rl.batch_size, self.domains)
+      tasks = draw_tasks(self.config, self.seed, it, rnd, rl.batch_size, self.domains,
+                         self._heldout_keys)
       tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
       envs = self.make_envs(tasks_N)
       result = run_episodes(params, envs, tasks_N, tokenizer=self.tokenizer,
@@ -375,6 +230,18 @@ class EpisodeRounds:
           ref_params, tokens, c.shard(np.asarray(result.rollout.loss_mask_BxT)))
     return dict(tasks_N=tasks_N, host=result.rollout, pending=_done(rewards), ref_logp=ref_logp,
                 tokens=tokens)
+
+  def heldout_records(self, params, *, model_config, rng, batch_size: int, greedy: bool,
+                      samples: int = 0) -> list:
+    """The held-out set's episodes (`heldout.EpisodeRecord`s): one greedy episode per
+    task, or `samples` (0: max(heldout_ks)) sampled at the sampling temperature."""
+    sampling = dataclasses.replace(self.sampling, greedy=greedy)
+    samples = 1 if greedy else samples or max(self.config.heldout_ks)
+    return heldout.run_model(params, self.heldout, samples=samples, make_envs=self.make_envs,
+                             tokenizer=self.tokenizer, model_config=model_config,
+                             sampling=sampling, sandbox=self.sandbox, rng=rng,
+                             config=self.config.episode, batch_size=batch_size,
+                             encoders=self.encoders)
 
   def step_metrics(self, scored: dict) -> dict:
     """Per-domain statistics of every episode of the step, and the episode metrics:

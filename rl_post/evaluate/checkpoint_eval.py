@@ -55,6 +55,7 @@ from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.run import model_config_from
 
 JSON_NAME, MARKDOWN_NAME = "eval.json", "eval.md"
+EVAL_STREAM = 0xE7A1  # the evaluation's sampling key: fold_in(key(config.seed), EVAL_STREAM)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,17 +265,21 @@ def _generate_and_score(model_config, params, tokenizer, tasks, sampling, settin
                              num_samples=num_samples, reward_pool=reward_pool)
 
 
-def load_for_eval(config: ml_collections.ConfigDict, checkpoint: str):
+def load_for_eval(config: ml_collections.ConfigDict, checkpoint: str, tokenizer=None):
   """(tokenizer with the config's prompt settings, mesh, rules, Loaded checkpoint).
+
+  tokenizer: use this one instead of loading `tokenizer.path` (an episodes
+  run's call-vocabulary tokenizer).
 
   Raises MissingInputError naming --checkpoint or tokenizer.path when absent.
   """
   if not os.path.exists(checkpoint):
     raise MissingInputError("--checkpoint", checkpoint, "does not exist")
-  if not os.path.exists(config.tokenizer.path):
-    raise MissingInputError("tokenizer.path", config.tokenizer.path, "does not exist")
-  with errors.reading("tokenizer.path", config.tokenizer.path):
-    tokenizer = load_tokenizer(config.tokenizer.path)
+  if tokenizer is None:
+    if not os.path.exists(config.tokenizer.path):
+      raise MissingInputError("tokenizer.path", config.tokenizer.path, "does not exist")
+    with errors.reading("tokenizer.path", config.tokenizer.path):
+      tokenizer = load_tokenizer(config.tokenizer.path)
   batching.configure_prompts(tokenizer, config.tokenizer)
   mesh = mesh_lib.make_mesh(dict(config.mesh))
   rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
@@ -307,7 +312,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
   domain_options = config.tasks.get("domain_options")
   if hasattr(domain_options, "to_dict"):
     domain_options = domain_options.to_dict()
-  rng = jax.random.fold_in(jax.random.key(int(config.seed)), 0xE7A1)
+  rng = jax.random.fold_in(jax.random.key(int(config.seed)), EVAL_STREAM)
   with RewardPool(reward_config(config), domain_options) as pool:
     run = functools.partial(_generate_and_score, model_config, params, tokenizer, tasks,
                             settings=settings, shard=shard, reward_pool=pool)

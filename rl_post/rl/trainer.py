@@ -36,6 +36,7 @@ from rl_post.checkpoint.manager import (CheckpointManager, CheckpointMismatchErr
 from rl_post.checkpoint.params import load_model_config, load_params
 from rl_post.data import batching, domain_stats, tokenizer_fingerprint
 from rl_post.errors import ConfigError, MissingInputError
+from rl_post.eval import episodes as episode_eval
 from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics import progress as progress_lib
 from rl_post.metrics.compiles import CompileClock
@@ -123,7 +124,12 @@ def _process_token_rewards(c: RLComponents, tasks_N, rewards, host):
 
 
 def _evaluate_heldout(c: RLComponents, params, step: int, pool: RewardPool) -> dict:
-  """Held-out completion rate, greedy and sampled at the training temperature."""
+  """Held-out completion rate, greedy and sampled at the training temperature (episodes:
+  verified success, tool use, turns, tokens and pass@k; rl_post/eval/episodes.py)."""
+  if c.episodes is not None:
+    return episode_eval.evaluate(c.episodes, params, model_config=c.model_config,
+                                 rng=jax.random.fold_in(c.ctx.key("eval"), step),
+                                 batch_size=c.rl.rollouts_per_step)
   if not c.mixture.heldout:
     return {}
   metrics = {}

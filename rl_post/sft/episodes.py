@@ -9,7 +9,8 @@ Data flow:
 
   cold_start section     -> draw_tasks: tasks_per_level tasks of each (domain, level), a
                             function of (seed, domain, level); none shares its content
-                            (`task_key`) with another or with the excluded (held-out) set
+                            (`task_key`) with another or with the RL run's held-out set
+                            (`rl_post.envs.heldout`, `episodes.heldout_size`)
   oracle episodes        -> driver.run_text_episodes in the sandbox, the envs built as the
                             RL run builds them (the `episodes` section's tools, limits and
                             max_turns)
@@ -41,7 +42,7 @@ from typing import Optional
 import numpy as np
 
 from rl_post.config_sections import check, from_section
-from rl_post.envs import driver, trainer_rounds
+from rl_post.envs import driver, heldout, trainer_rounds
 from rl_post.envs.domains.base import task_key
 from rl_post.envs.metrics import EpisodeMetrics
 from rl_post.errors import ConfigError
@@ -243,17 +244,21 @@ def collect(config, out_path: str, *, exclude: frozenset = frozenset(), sandbox=
       section, `seed` and `tokenizer` (the run's tokenizer measures budgets).
     out_path: the JSONL written: {"messages", "task_id", "domain",
       "difficulty", "turns"} per line.
-    exclude: task keys no drawn task may have (the held-out set's).
+    exclude: task keys no drawn task may have, besides those of the RL run's
+      held-out set (`episodes.heldout_size`, drawn with `seed`), always excluded.
     sandbox: a Sandbox to run in (default: one from `episodes.sandbox`).
 
   Returns:
-    {"drawn", "kept", "dropped": {reason: n}, "per_level": {"domain/level":
-     {"drawn", "kept", reason: n}}, "domains", "difficulties", "path"}.
+    {"drawn", "kept", "dropped": {reason: n}, "heldout_excluded" (held-out
+     tasks kept out), "per_level": {"domain/level": {"drawn", "kept", reason:
+     n}}, "domains", "difficulties", "path"}.
   """
   section, cold = sections(config)
   tokenizer = run_tokenizer(config, trainer_rounds.tokenizer_for(config))
   encoders = trainer_rounds.encoders(section, tokenizer)
-  tasks = draw_tasks(section, cold, int(config.seed), exclude)
+  held_out = heldout.heldout_tasks(section, int(config.seed))  # the RL run's, same seed
+  tasks = draw_tasks(section, cold, int(config.seed),
+                     frozenset(exclude) | {task_key(t) for t in held_out})
   if sandbox is None:
     with Sandbox(from_section(SandboxConfig, section.sandbox, "episodes.sandbox")) as sb:
       episodes = run_oracle(section, tasks, sb, cold.batch_size)
@@ -280,6 +285,7 @@ def collect(config, out_path: str, *, exclude: frozenset = frozenset(), sandbox=
       f.write(json.dumps(record) + "\n")
   dropped = {r: sum(c[r] for c in per_level.values()) for r in DROP_REASONS}
   return {"drawn": len(tasks), "kept": len(kept), "dropped": dropped,
+          "heldout_excluded": len(held_out),
           "per_level": {k: dict(v) for k, v in sorted(per_level.items())},
           "domains": list(cold.domains or section.domains),
           "difficulties": list(cold.difficulties), "path": os.path.abspath(out_path)}
