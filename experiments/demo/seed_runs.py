@@ -48,14 +48,49 @@ def machine_info() -> dict:
           "backend": jax.default_backend(), "cpu": host_cpu.one_line(host_cpu.describe())}
 
 
+SEED_RESULT = "seed_result.json"
+
+
+def _log_like_parent(verbosity: int):
+  """A spawned seed worker logs at the parent's verbosity, to stderr (its progress lines)."""
+  logging.use_absl_handler()
+  logging.set_verbosity(verbosity)
+
+
+def _finished(seed_dir: str, config_dict: dict) -> dict | None:
+  """The seed's recorded result when it finished with this very config, else None."""
+  path = os.path.join(seed_dir, SEED_RESULT)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    recorded = json.load(f)
+  as_json = json.loads(json.dumps(config_dict))  # tuples read back as lists
+  return recorded if recorded.get("config") == as_json else None
+
+
 def _seed_summary(config_dict: dict, seed: int, seed_dir: str) -> tuple[dict, float]:
-  """One seed's pipeline; returns (its summary.json, wall seconds). Runs in a worker."""
+  """One seed's pipeline; returns (its summary.json, wall seconds). Runs in a worker.
+
+  A seed that finished with the same config is not run again: its recorded
+  summary and wall-clock come back (workdir/seed_<s>/seed_result.json).
+  """
   seed_config = ml_collections.ConfigDict(config_dict)
   seed_config.seed = seed
+  config_dict = seed_config.to_dict()
+  recorded = _finished(seed_dir, config_dict)
+  if recorded is not None:
+    logging.info("seed %d finished earlier with this config: its result is reused (%s)", seed,
+                 os.path.join(seed_dir, SEED_RESULT))
+    return recorded["summary"], recorded["wall_s"]
   start = time.monotonic()
   result = pipeline.run(seed_config, seed_dir)
   with open(result["report"]["summary_json"]) as f:
-    return json.load(f), time.monotonic() - start
+    summary = json.load(f)
+  wall_s = time.monotonic() - start
+  with open(os.path.join(seed_dir, SEED_RESULT + ".partial"), "w", encoding="utf-8") as f:
+    json.dump(dict(config=config_dict, wall_s=wall_s, summary=summary), f)
+  os.replace(os.path.join(seed_dir, SEED_RESULT + ".partial"), os.path.join(seed_dir, SEED_RESULT))
+  return summary, wall_s
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *,
@@ -67,9 +102,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
     workdir: root folder; seed s runs in workdir/seed_<s>.
     seeds: distinct integers >= 0.
     command: the command line, recorded in the outputs.
-    jobs: seeds run at once, each in its own (spawned) process; 1 runs them
-      one after the other in this process. A seed's numbers do not depend
-      on it (only the wall-clock figures do).
+    jobs: seeds run at once. Each seed runs in a fresh spawned process, so
+      the memory one seed's stages leave behind is returned before the next
+      seed starts. A seed's numbers do not depend on it (only the wall-clock
+      figures do). A seed that finished with the same config is reused.
 
   Returns:
     {"rows": [...], "aggregate": {...}, "machine": {...}, "command": ...,
@@ -96,17 +132,16 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
                  100 * row["after"], 100 * row.get("control", float("nan")),
                  elapsed / len(rows) * (len(seeds) - len(rows)) / min(jobs, len(seeds)))
 
-  if jobs == 1:
-    for seed in seeds:
-      add_row(seed, *_seed_summary(config_dict, seed, dirs[seed]))
-  else:
-    spawn = multiprocessing.get_context("spawn")  # JAX does not survive fork
-    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=spawn) as pool:
-      futures = {pool.submit(_seed_summary, config_dict, seed, dirs[seed]): seed
-                 for seed in seeds}
-      for future in concurrent.futures.as_completed(futures):
-        add_row(futures[future], *future.result())
-    rows.sort(key=lambda r: seeds.index(r["seed"]))
+  spawn = multiprocessing.get_context("spawn")  # JAX does not survive fork
+  # one process per seed: a process that ran every stage of a seed holds on to memory
+  # (compiled programs, allocator pages) that the next seed's stages would add to
+  with concurrent.futures.ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=spawn,
+                                              max_tasks_per_child=1, initializer=_log_like_parent,
+                                              initargs=(logging.get_verbosity(),)) as pool:
+    futures = {pool.submit(_seed_summary, config_dict, seed, dirs[seed]): seed for seed in seeds}
+    for future in concurrent.futures.as_completed(futures):
+      add_row(futures[future], *future.result())
+  rows.sort(key=lambda r: seeds.index(r["seed"]))
   out = {"command": command, "machine": machine_info(), "rows": rows,
          "aggregate": seeds_lib.aggregate(rows)}
   paths = {"json": os.path.join(workdir, "seeds.json"), "md": os.path.join(workdir, "seeds.md")}

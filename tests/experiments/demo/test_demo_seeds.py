@@ -114,6 +114,18 @@ def test_check_seeds_errors(bad, match):
   assert seed_runs.check_seeds(["2", " 0"]) == [2, 0]
 
 
+def test_a_recorded_seed_counts_only_with_the_same_config(tmp_path):
+  assert seed_runs._finished(str(tmp_path), {"seed": 0}) is None  # nothing recorded
+  with open(tmp_path / seed_runs.SEED_RESULT, "w") as f:
+    json.dump({"config": {"seed": 0, "rl": {"num_steps": 2, "buckets": (64, 128)}},
+               "wall_s": 3.0, "summary": {}}, f)
+  same = {"seed": 0, "rl": {"num_steps": 2, "buckets": (64, 128)}}  # tuples as a config has
+  assert seed_runs._finished(str(tmp_path), same)["wall_s"] == 3.0
+  assert seed_runs._finished(str(tmp_path), dict(same, seed=1)) is None
+  assert seed_runs._finished(str(tmp_path), dict(same, rl={"num_steps": 3,
+                                                           "buckets": (64, 128)})) is None
+
+
 def test_jobs_must_be_positive(tmp_path):
   with pytest.raises(ConfigError, match="--jobs"):
     seed_runs.run(None, str(tmp_path), [0], jobs=0)
@@ -161,6 +173,12 @@ def test_tiny_demo_over_seeds_is_reproducible(tmp_path):
   assert "| 1 |" in open(tmp_path / "a" / "seeds.md").read()
   strip = lambda row: {k: v for k, v in row.items() if not k.endswith("wall_s")}
   assert strip(again["rows"][0]) == strip(first["rows"][0])
+  # A seed that finished with the same config is reused as recorded, not run again.
+  report = tmp_path / "b" / "seed_0" / "report" / "summary.json"
+  written = report.stat().st_mtime_ns
+  as_text = lambda rows: json.dumps(rows, sort_keys=True)  # NaN fields compare as text
+  assert as_text(_run_script(tmp_path / "b", "0")["rows"]) == as_text(again["rows"])
+  assert report.stat().st_mtime_ns == written
   row = first["rows"][0]
   assert {"control", "macro_after", "macro_control", "unseen_after_vs_control",
           "cells"} <= set(row)
