@@ -9,8 +9,9 @@ r"""Cold-start data for RL on episodes: the oracles' solved episodes as multi-tu
 Runs the oracle on the `cold_start` section's domains and levels in the
 sandbox, keeps the episodes the verifier scores as solved and that fit the
 RL run's budgets, and writes them as {"messages": [...]} lines that
-`sft.dataset` reads (rl_post/sft/episodes.py); prints the counts and writes
-them next to the examples (<out>.stats.json).
+`sft.dataset` reads (rl_post/sft/episodes.py); no task of the RL run's
+held-out set (`episodes.heldout_size`, same seed) is drawn. Prints the
+counts and writes them next to the examples (<out>.stats.json).
 """
 
 import json
@@ -32,7 +33,8 @@ def main(argv):
   stats = episodes.collect(_CONFIG.value, _OUT.value)
   with open(_OUT.value + ".stats.json", "w", encoding="utf-8") as f:
     json.dump(stats, f, indent=2)
-  print(f"{stats['kept']} of {stats['drawn']} oracle episodes kept -> {stats['path']}")
+  print(f"{stats['kept']} of {stats['drawn']} oracle episodes kept -> {stats['path']} "
+        f"({stats['heldout_excluded']} held-out tasks kept out)")
   for reason, n in stats["dropped"].items():
     if n:
       print(f"  dropped, {reason}: {n}")
