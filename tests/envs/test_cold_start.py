@@ -129,9 +129,11 @@ def test_tiny_cold_start_end_to_end(tmp_path):
   """The entry point builds the data; SFT trains on it (loss on the assistant turns) and
   exports params with the RL run's tokenizer."""
   out = str(tmp_path / "episodes.jsonl")
-  subprocess.run([sys.executable, "experiments/build_episode_sft.py",
-                  "--config=configs/grpo_episodes_sft.py:tiny", f"--out={out}"],
-                 cwd=ROOT, check=True, capture_output=True, timeout=600)
+  done = subprocess.run([sys.executable, "experiments/build_episode_sft.py",
+                         "--config=configs/grpo_episodes_sft.py:tiny", f"--out={out}"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "4 of 4 oracle episodes kept" in done.stdout
   stats = json.load(open(out + ".stats.json"))
   assert stats["kept"] == stats["drawn"] == 4 and stats["per_level"] == {
       "data_questions/1": {"drawn": 4, "kept": 4}}
