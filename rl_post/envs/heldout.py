@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from rl_post.envs import driver
-from rl_post.envs.domains.base import task_key
+from rl_post.envs.domains.base import draw_distinct
 from rl_post.envs.episodes import EpisodeConfig, run_episodes
 from rl_post.envs.metrics import EpisodeMetrics
 from rl_post.errors import ConfigError
@@ -85,19 +85,15 @@ def heldout_tasks(config, seed: int, domains: Optional[dict] = None) -> list:
   tasks, seen = [], set()
   for i in range(config.heldout_size):
     spec, level = cells[i % len(cells)]
-    for _ in range(MAX_REDRAWS):
-      try:
-        task = domains[spec].generate(rng, level)
-      except ValueError as e:
-        raise ConfigError("episodes.heldout_difficulties", levels,
-                          f"domain {spec!r}: {e}") from None
-      if task_key(task) not in seen:
-        break
-    else:
+    try:
+      task = draw_distinct(domains[spec], rng, level, seen, MAX_REDRAWS)
+    except ValueError as e:
+      raise ConfigError("episodes.heldout_difficulties", levels,
+                        f"domain {spec!r}: {e}") from None
+    if task is None:
       raise ConfigError("episodes.heldout_size", config.heldout_size,
                         f"domain {spec!r} level {level} has no new task in {MAX_REDRAWS} "
                         "draws: lower it")
-    seen.add(task_key(task))
     tasks.append(task)
   return tasks
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from rl_post.config_sections import check, from_section
 from rl_post.envs import driver, heldout, trainer_rounds
-from rl_post.envs.domains.base import task_key
+from rl_post.envs.domains.base import draw_distinct, task_key
 from rl_post.envs.metrics import EpisodeMetrics
 from rl_post.errors import ConfigError
 from rl_post.sandbox import Sandbox, SandboxConfig
@@ -147,19 +147,15 @@ def draw_tasks(section, cold: ColdStartConfig, seed: int,
     for level in cold.difficulties:
       rng = np.random.default_rng([seed, COLD_START_STREAM, zlib.crc32(spec.encode()), level])
       for _ in range(cold.tasks_per_level):
-        for _ in range(MAX_REDRAWS):
-          try:
-            task = domains[spec].generate(rng, level)
-          except ValueError as e:
-            raise ConfigError("cold_start.difficulties", cold.difficulties,
-                              f"domain {spec!r}: {e}") from None
-          if task_key(task) not in seen:
-            break
-        else:
+        try:
+          task = draw_distinct(domains[spec], rng, level, seen, MAX_REDRAWS)
+        except ValueError as e:
+          raise ConfigError("cold_start.difficulties", cold.difficulties,
+                            f"domain {spec!r}: {e}") from None
+        if task is None:
           raise ConfigError("cold_start.tasks_per_level", cold.tasks_per_level,
                             f"domain {spec!r} level {level} has no new task outside the "
                             f"ones drawn and excluded in {MAX_REDRAWS} draws: lower it")
-        seen.add(task_key(task))
         tasks.append(task)
   return tasks
 

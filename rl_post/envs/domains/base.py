@@ -62,3 +62,14 @@ def task_key(task: Task) -> str:
   content = json.dumps([task.domain, task.difficulty, task.prompt, task.target,
                         task.metadata], sort_keys=True, default=repr)
   return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def draw_distinct(domain, rng, level: int, seen: set, max_draws: int):
+  """A task of `level` whose `task_key` is not in `seen` (then added to it), or None
+  when `max_draws` draws found none. A domain's ValueError passes through."""
+  for _ in range(max_draws):
+    task = domain.generate(rng, level)
+    if task_key(task) not in seen:
+      seen.add(task_key(task))
+      return task
+  return None
