@@ -16,6 +16,8 @@ verified samples at the RL run's sample budget.
   # another registry algorithm on the same recipe:
   python experiments/train_rl.py --config=configs/smollm2_135m_grpo.py:rloo \
       --workdir=/tmp/rl_post/smollm2_rloo
+  # three arithmetic domains and sandboxed code, over seeds:
+  python experiments/demo_seeds.py --config=configs/smollm2_135m_grpo.py:arith_code --seeds=0,1,2
   # the quickstart's short run (four arithmetic domains; launch/demo.sh's default):
   python experiments/demo.py --config=configs/smollm2_135m_grpo.py:quick --workdir=/tmp/quick
   # CPU smoke run:
@@ -42,6 +44,11 @@ MIXTURE = {
 # generators where the validation seed gained most, two groups of each a step.
 QUICK_MIXTURE = {d: MIXTURE[d] for d in ("arithmetic", "rg/chain_sum", "rg/basic_arithmetic",
                                          "rg/products")}
+# Three arithmetic generators and code (`:arith_code`): the scan's in-reach levels with room
+# to gain (rg/products starts near 80% greedy and fell after RL on every seed of the quickstart
+# and of the seven-domain run), with code the one whose programs run in the sandbox.
+ARITH_CODE_MIXTURE = {d: MIXTURE[d] for d in ("arithmetic", "rg/chain_sum",
+                                              "rg/basic_arithmetic", "code")}
 SYSTEM_PROMPT = ("You are a helpful assistant. Answer briefly and end your response with the "
                  "final answer.")
 
@@ -63,8 +70,8 @@ def recipe_sections(c, mixture=MIXTURE):
 
 
 def get_config(variant: str = ""):
-  c = recipe_sections(pretrained_sections(base.get_base()),
-                      QUICK_MIXTURE if variant == "quick" else MIXTURE)
+  mixture = dict(quick=QUICK_MIXTURE, arith_code=ARITH_CODE_MIXTURE).get(variant, MIXTURE)
+  c = recipe_sections(pretrained_sections(base.get_base()), mixture)
   # remat + chunked log-softmax + 4 micro-batches keep the update within a laptop's memory
   # (tests/test_smollm2_rl_step.py: one step at 128 new tokens under 6 GiB peak RSS).
   # shared_prefix: each group's prompt runs through the update once, not G times.
@@ -100,7 +107,7 @@ def get_config(variant: str = ""):
     c.tasks.heldout_size = 96
   elif variant in ("rloo", "dr_grpo"):
     c.rl.algorithm = variant
-  elif variant:
-    raise ValueError(f"unknown variant {variant!r}; use '', 'quick', 'tiny', 'rloo' or "
-                     "'dr_grpo'")
+  elif variant and variant != "arith_code":
+    raise ValueError(f"unknown variant {variant!r}; use '', 'quick', 'arith_code', 'tiny', "
+                     "'rloo' or 'dr_grpo'")
   return c

@@ -85,7 +85,8 @@ def test_seeds_run_the_pretrained_pipeline_and_aggregate(hf_dir, tmp_path):
   assert os.path.exists(out["paths"]["md"]) and "macro_after" in out["aggregate"]
 
 
-@pytest.mark.parametrize("variant", ["", "quick", "tiny", "rloo", "dr_grpo"])
+@pytest.mark.parametrize("variant", ["", "quick", "arith_code", "tiny", "rloo",
+                                     "dr_grpo"])
 def test_every_smollm2_recipe_variant_passes_the_stage_checks(variant):
   """The recipe's variants (the quickstart's `:quick` among them) parse for every stage; the
   quickstart's RFT samples (prompt + response) all fit the control's SFT length."""
@@ -96,3 +97,5 @@ def test_every_smollm2_recipe_variant_passes_the_stage_checks(variant):
   if variant == "quick":
     assert len(c.tasks.domains) >= 4 and "rg/leg_counting" not in c.tasks.domains
     assert c.rl.max_prompt_len + c.rl.max_new_tokens <= c.control.sft.max_len
+  if variant == "arith_code":
+    assert "code" in c.tasks.domains and "rg/products" not in c.tasks.domains
