@@ -42,7 +42,8 @@ def get_config(variant: str = ""):
                       max_prompt_len=c.rl.max_prompt_len, max_new_tokens=c.rl.max_new_tokens,
                       batch_size=32)
   c.sft = dict(num_steps=100, batch_size=8, max_len=c.rl.max_prompt_len + c.rl.max_new_tokens,
-               checkpoint_every=25, packing=True, pack_row_multiple=4, dataset="")
+               checkpoint_every=25, packing=True, pack_row_multiple=4, dataset="",
+               logprob_chunk=16, remat="full")
   c.optimizer = dict(learning_rate=2e-5, schedule="cosine", warmup_steps=10, total_steps=100,
                      weight_decay=0.0, grad_clip_norm=1.0)
   if variant == "tiny":

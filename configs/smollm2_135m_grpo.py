@@ -88,7 +88,8 @@ def get_config(variant: str = ""):
   c.optimizer = dict(learning_rate=1e-5, schedule="constant", warmup_steps=0, total_steps=12,
                      weight_decay=0.0, grad_clip_norm=1.0)
   # The RFT control: one SFT step per RL step over the verified samples.
-  c.control = dict(sft=dict(num_steps=12, batch_size=16, max_len=192, checkpoint_every=12),
+  c.control = dict(sft=dict(num_steps=12, batch_size=16, max_len=192, checkpoint_every=12,
+                            logprob_chunk=16, remat="full"),
                    optimizer=dict(learning_rate=1e-5, schedule="constant", warmup_steps=0,
                                   total_steps=12, weight_decay=0.0, grad_clip_norm=1.0))
   c.eval = dict(batch_size=64)

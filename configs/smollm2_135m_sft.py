@@ -31,8 +31,10 @@ def pretrained_sections(c):
 
 def get_config(variant: str = ""):
   c = pretrained_sections(base.get_base())
+  # the loss 16 positions at a time, layers rematerialised: SmolLM2's 49k-token vocabulary
+  # would otherwise hold [16, 128, 49152] f32 logits several times over
   c.sft = dict(num_steps=200, batch_size=16, max_len=128, checkpoint_every=50,
-               packing=False, pack_row_multiple=4)
+               packing=False, pack_row_multiple=4, logprob_chunk=16, remat="full")
   c.optimizer = dict(learning_rate=2e-5, schedule="cosine", warmup_steps=20, total_steps=200,
                      weight_decay=0.0, grad_clip_norm=1.0)
   if variant == "tiny":

@@ -50,7 +50,8 @@ def _remat(fn, policy: str):
 
 
 def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", context_mesh=None,
-                  shared_prefix: tuple[int, int] | None = None, unroll: int = 1):
+                  shared_prefix: tuple[int, int] | None = None, unroll: int = 1,
+                  positions_BxT=None, segment_ids_BxT=None):
   """Final-norm hidden states h_BxTxE (model dtype): the model minus its output layer.
 
   Same computation as `models.apply` up to the logits, with each layer of
@@ -59,25 +60,32 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
   `shared_prefix=(L, G)`: consecutive groups of G rows share their first L
   tokens (a GRPO group's prompt), and the layers run those L positions once
   per group instead of once per row (`shared_prefix_hidden_states`).
+  `positions_BxT` and `segment_ids_BxT` (packed sequences, as in
+  `transformer.apply`) default to 0..T-1 and one sequence per row.
   """
   if shared_prefix is not None:
-    if context_mesh is not None:
-      raise ValueError("shared_prefix and context parallelism do not combine")
+    if context_mesh is not None or segment_ids_BxT is not None or positions_BxT is not None:
+      raise ValueError("shared_prefix combines with neither context parallelism nor packed "
+                       "positions and segments")
     return shared_prefix_hidden_states(model_config, params, tokens_BxT, *shared_prefix,
                                        remat=remat, unroll=unroll)
   model = nnx.merge(transformer.graphdef(model_config), params)
-  positions_BxT = transformer.default_positions(tokens_BxT)
+  if positions_BxT is None:
+    positions_BxT = transformer.default_positions(tokens_BxT)
   perm = None
   if context_mesh is not None:
     perm = ring_attention.layout_permutation(model_config.context_layout, tokens_BxT.shape[1],
                                              context_mesh.shape["context"])
     tokens_BxT, positions_BxT = tokens_BxT[:, perm], positions_BxT[:, perm]
+    if segment_ids_BxT is not None:
+      segment_ids_BxT = segment_ids_BxT[:, perm]
   x_BxTxE = model.embed(tokens_BxT)
   block_graphdef, block_state = nnx.split(model.blocks)
 
   def layer(x, layer_state):
     block = nnx.merge(block_graphdef, layer_state)
-    return block(x, positions_BxT, context_mesh=context_mesh)[0], None
+    return block(x, positions_BxT, segment_ids_BxT=segment_ids_BxT,
+                 context_mesh=context_mesh)[0], None
 
   x_BxTxE, _ = jax.lax.scan(_remat(layer, remat), x_BxTxE, block_state, unroll=unroll)
   x_BxTxE = model.final_norm(x_BxTxE)
@@ -138,6 +146,16 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
                            mask_BxT=None, *, remat: bool = True):
   """(logp_BxT, entropy_BxT) from hidden states, `chunk` positions at a time.
 
+  Computed as `chunked_token_stats` is, without its top-1 indicator; see there.
+  """
+  return _chunked_stats(h_BxTxE, w_ExV, tokens_BxT, temperature, chunk, mask_BxT, remat=remat,
+                        top1=False)
+
+
+def chunked_token_stats(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk: int,
+                        mask_BxT=None, *, remat: bool = True):
+  """(logp_BxT, entropy_BxT, top1_BxT) from hidden states, `chunk` positions at a time.
+
   Entry t is about token t given tokens < t (computed from h[:, t-1]);
   entry 0 is 0, as in `token_logprobs_from_logits`. Logits are f32.
   With `mask_BxT`, a chunk whose positions are all 0 in every row (prompt
@@ -151,7 +169,16 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
   keeps every chunk's logits and probabilities for the backward (about
   2 x [B, T, V] f32 held from the forward to the backward) and saves the
   recomputation: the head's matmul once more per chunk.
+
+  top1_BxT is 1.0 where token t has the highest logit given tokens < t (the
+  next-token accuracy of SFT), else 0.0.
   """
+  return _chunked_stats(h_BxTxE, w_ExV, tokens_BxT, temperature, chunk, mask_BxT, remat=remat,
+                        top1=True)
+
+
+def _chunked_stats(h_BxTxE, w_ExV, tokens_BxT, temperature, chunk, mask_BxT, *, remat, top1):
+  """The per-chunk loop of `chunked_token_stats`; `top1=False` leaves out the indicator."""
   if chunk < 1:
     raise ValueError(f"logprob chunk must be >= 1, got {chunk}")
   b, t, e = h_BxTxE.shape
@@ -175,12 +202,15 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
     picked_BxC = jnp.take_along_axis(logits_BxCxV, next_BxC[..., None], axis=-1)[..., 0]
     probs_BxCxV = jnp.exp(logits_BxCxV - lse_BxC[..., None])
     entropy_BxC = lse_BxC - (probs_BxCxV * logits_BxCxV).sum(-1)
-    return picked_BxC - lse_BxC, entropy_BxC
+    if not top1:
+      return picked_BxC - lse_BxC, entropy_BxC
+    hit_BxC = jax.lax.stop_gradient(picked_BxC >= logits_BxCxV.max(-1)).astype(jnp.float32)
+    return picked_BxC - lse_BxC, entropy_BxC, hit_BxC
 
   def skip(h_BxCxE, next_BxC):
     del next_BxC
     zeros = jnp.zeros(h_BxCxE.shape[:2], jnp.float32)
-    return zeros, zeros
+    return (zeros,) * (3 if top1 else 2)
 
   def one_chunk(args):
     h_BxCxE, next_BxC, live = args
@@ -190,11 +220,10 @@ def chunked_token_logprobs(h_BxTxE, w_ExV, tokens_BxT, temperature: float, chunk
 
   if remat:
     one_chunk = jax.checkpoint(one_chunk)
-  logp_KxBxC, entropy_KxBxC = jax.lax.map(one_chunk, (h_KxBxCxE, next_KxBxC, live_K))
+  stats_KxBxC = jax.lax.map(one_chunk, (h_KxBxCxE, next_KxBxC, live_K))
   unchunk = lambda x: x.transpose(1, 0, 2).reshape(b, num_chunks * chunk)[:, pad:]
   zero = jnp.zeros((b, 1), jnp.float32)
-  return (jnp.concatenate([zero, unchunk(logp_KxBxC)], axis=1),
-          jnp.concatenate([zero, unchunk(entropy_KxBxC)], axis=1))
+  return tuple(jnp.concatenate([zero, unchunk(x_KxBxC)], axis=1) for x_KxBxC in stats_KxBxC)
 
 
 def sequence_logprobs(model_config, params, tokens_BxT, temperature: float = 1.0,

@@ -32,7 +32,8 @@ from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import process_data
 from rl_post.parallel import sharding
-from rl_post.models.logprobs import token_logprobs_from_logits
+from rl_post.models.logprobs import (REMAT_POLICIES, chunked_token_stats, hidden_states,
+                                     output_matrix_ExV, token_logprobs_from_logits)
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog, FaultsConfig
 from rl_post.training.guard import GuardConfig, NonFiniteGuard
@@ -65,6 +66,13 @@ class SFTConfig:
       episodes, e.g. the oracle episodes of a cold start, rendered as the
       config's `episodes` section renders RL episodes, with the loss on the
       assistant turns only (`rl_post/sft/dataset.py`, `rl_post/sft/episodes.py`).
+    logprob_chunk: 0 computes the loss from the whole [B, T, V] logits; n > 0
+      computes it n positions at a time from the trunk's hidden states
+      (`rl_post.models.logprobs.chunked_token_stats`, as the RL update does), so at
+      most one chunk's logits is alive and a pretrained model's large vocabulary
+      does not set the step's peak memory. Same loss and gradients.
+    remat: rematerialisation policy of the layers on the chunked path ("none",
+      "full" or "dots", as `rl.remat`).
   """
   num_steps: int = 500
   batch_size: int = 64
@@ -73,6 +81,8 @@ class SFTConfig:
   packing: bool = False
   pack_row_multiple: int = 4
   dataset: str = ""
+  logprob_chunk: int = 0
+  remat: str = "none"
 
   def __post_init__(self):
     check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
@@ -82,6 +92,11 @@ class SFTConfig:
     check(isinstance(self.packing, bool), "packing", "must be a bool", self.packing)
     check(isinstance(self.pack_row_multiple, int) and self.pack_row_multiple >= 1,
           "pack_row_multiple", "must be an int >= 1", self.pack_row_multiple)
+    check(isinstance(self.logprob_chunk, int) and self.logprob_chunk >= 0, "logprob_chunk",
+          "must be an int >= 0 (0: the whole logits at once)", self.logprob_chunk)
+    check(self.remat in REMAT_POLICIES, "remat", f"must be one of {REMAT_POLICIES}", self.remat)
+    check(self.remat == "none" or self.logprob_chunk > 0, "remat",
+          "applies to the chunked loss only; set sft.logprob_chunk > 0 too", self.remat)
 
   @property
   def batch_keys(self) -> tuple[str, ...]:
@@ -93,19 +108,39 @@ class SFTConfig:
     return self.pack_row_multiple if self.packing else self.batch_size
 
 
-def make_sft_loss(model_config, context_mesh=None):
-  """Mean next-token cross-entropy over response tokens (mask == 1)."""
+def make_sft_loss(model_config, context_mesh=None, sft: SFTConfig | None = None):
+  """Mean next-token cross-entropy over response tokens (mask == 1).
+
+  With `sft.logprob_chunk` > 0 the logits are computed a chunk of positions at
+  a time (see SFTConfig); otherwise all at once, the reference path.
+  """
+  chunk, remat = (sft.logprob_chunk, sft.remat) if sft is not None else (0, "none")
+
+  def token_stats(params, batch):
+    """(logp_BxT, top1_BxT): log p of each token and whether it was the argmax."""
+    tokens_BxT = batch["tokens"]
+    if chunk:
+      h_BxTxE = hidden_states(model_config, params, tokens_BxT, remat=remat,
+                              context_mesh=context_mesh, positions_BxT=batch.get("positions"),
+                              segment_ids_BxT=batch.get("segments"))
+      logp_BxT, _, top1_BxT = chunked_token_stats(
+          h_BxTxE, output_matrix_ExV(model_config, params), tokens_BxT, 1.0, chunk,
+          batch["mask"])
+      return logp_BxT, top1_BxT
+    logits = models.apply(model_config, params, tokens_BxT, context_mesh=context_mesh,
+                          positions=batch.get("positions"), segment_ids=batch.get("segments"))
+    logp_BxT, _ = token_logprobs_from_logits(logits, tokens_BxT)
+    predicted = jnp.argmax(logits[:, :-1], axis=-1) == tokens_BxT[:, 1:]
+    top1_BxT = jnp.pad(predicted.astype(jnp.float32), ((0, 0), (1, 0)))
+    return logp_BxT, top1_BxT
 
   def loss_fn(params, batch, rng):
     del rng
-    logits = models.apply(model_config, params, batch["tokens"], context_mesh=context_mesh,
-                          positions=batch.get("positions"), segment_ids=batch.get("segments"))
-    logp_BxT, _ = token_logprobs_from_logits(logits, batch["tokens"])
+    logp_BxT, top1_BxT = token_stats(params, batch)
     mask = batch["mask"].astype(jnp.float32)
     num_tokens = jnp.maximum(mask.sum(), 1.0)
     loss = -(logp_BxT * mask).sum() / num_tokens
-    predicted = jnp.argmax(logits[:, :-1], axis=-1) == batch["tokens"][:, 1:]
-    accuracy = (predicted * mask[:, 1:]).sum() / num_tokens
+    accuracy = (top1_BxT[:, 1:] * mask[:, 1:]).sum() / num_tokens
     return loss, {"token_accuracy": accuracy, "response_tokens": mask.sum()}
 
   return loss_fn
@@ -184,7 +219,8 @@ def train(config, workdir: str) -> dict:
   shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
   batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in sft.batch_keys}
   step_fn = jit_train_step(
-      make_train_step(make_sft_loss(ctx.model_config, mesh_lib.context_mesh(ctx.mesh)), optimizer),
+      make_train_step(make_sft_loss(ctx.model_config, mesh_lib.context_mesh(ctx.mesh), sft),
+                      optimizer),
       shardings, batch_sharding)
   fault_log = FaultLog(workdir)
   injector = FaultInjector(sections["faults"], fault_log)
