@@ -2,7 +2,7 @@
 # Installs everything the test suite needs (Python packages into ./.venv;
 # as root, Debian's bubblewrap for the sandbox) and runs it.
 #   bash launch/test.sh            # the whole suite
-#   bash launch/test.sh tests/test_model.py -k causality
+#   bash launch/test.sh tests/models/test_model.py -k causality
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
