@@ -1,6 +1,9 @@
 """8-bit AdamW (rl_post.training.adamw_8bit): quantizer bounds, one step against a numpy
 transcription, loss parity with f32 AdamW, exact checkpoint round trip and resume, config."""
 
+import json
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,16 +11,23 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from child_process import json_report
+from configs import sft_arithmetic
 from experiments.benchmarks import adamw_8bit_parity
 from rl_post import models
 from rl_post.checkpoint import CheckpointManager, CheckpointMismatchError
 from rl_post.config_sections import from_section
+from rl_post.errors import ConfigError
+from rl_post.metrics.writers import read_metrics
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
+from rl_post.sft import trainer as sft_trainer
 from rl_post.training import adamw_8bit as q8
 from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.step import jit_train_step, make_train_step
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_code_maps_are_bitsandbytes_dynamic_maps():
@@ -256,3 +266,35 @@ def test_config_errors_and_selection():
   # 2 x 4096 x 4 bytes -> 2 x (4096 codes + 64 rows x one block of 64 x 4-byte scale)
   assert nbytes(f32_state[1][0].mu) + nbytes(f32_state[1][0].nu) == 32768
   assert nbytes(int8_state[1][0].mu) + nbytes(int8_state[1][0].nu_sqrt) == 2 * (4096 + 64 * 4)
+
+
+def test_sharded_update_equals_single_device():
+  report = json_report(os.path.join(HERE, "adamw_8bit_sharded.py"))
+  assert report["param_change"] > 1e-3  # the steps moved the params
+  # f32 Adam agrees to 1e-4 here (tests/test_sharding.py); a moment whose f32 reduction
+  # noise crosses a code midpoint moves by one map step (<= 1.4% of its block's absmax),
+  # so the sharded params may differ by about that share of one lr-sized update.
+  assert report["params_after_2_steps_max_diff"] < 1e-3
+  assert report["gate_codes_equal_fraction"] > 0.99
+  assert abs(report["loss_single"] - report["loss_mesh"]) < 1e-5
+  # codes are laid out as their param; gate [layers, embed, mlp] has one 64-value block per
+  # row, which does not split over tensor=2, so its scales stay whole on that axis
+  assert report["gate_codes_spec"] == report["gate_param_spec"] == ["None", "fsdp", "tensor"]
+  assert report["gate_codes_dtype"] == "uint8" and report["gate_scales_shape"] == [2, 32, 1]
+  assert report["gate_scales_spec"] == ["None", "fsdp", "None"]
+
+
+def test_sft_run_with_int8_state_and_a_rerun_with_f32_is_named(tokenizer_path, tmp_path):
+  c = sft_arithmetic.get_config("tiny")
+  c.tokenizer.path = tokenizer_path
+  c.sft.update(num_steps=2, batch_size=8, checkpoint_every=2)
+  c.optimizer.update(total_steps=2, state_dtype="int8")
+  result = sft_trainer.train(c, str(tmp_path))
+  rows = read_metrics(str(tmp_path))
+  assert [r["step"] for r in rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in rows)
+  mu = result["state"].opt_state[1][0].mu
+  assert mu["embed"]["embedding"].codes.dtype == jnp.uint8
+  assert json.load(open(tmp_path / "config.json"))["optimizer"]["state_dtype"] == "int8"
+  c.optimizer.state_dtype = "float32"  # the workdir's checkpoints hold 8-bit moments
+  with pytest.raises(ConfigError, match=r"optimizer.state_dtype: 'int8' -> 'float32'"):
+    sft_trainer.train(c, str(tmp_path))
