@@ -44,8 +44,8 @@ def init_mlp(rng, sizes=SIZES):
 
 def mlp(params, x_NxI):
   for layer in params[:-1]:
-    x_NxI = jnp.tanh(x_NxI @ layer["w"] + layer["b"])
-  return x_NxI @ params[-1]["w"] + params[-1]["b"]
+    x_NxI = jnp.tanh(x_NxI @ layer["w"] + layer["b"][None, :])
+  return x_NxI @ params[-1]["w"] + params[-1]["b"][None, :]
 
 
 def problem(seed: int):
