@@ -27,7 +27,7 @@ from rl_post.training import state as state_lib
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.step import jit_train_step, make_train_step
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_code_maps_are_bitsandbytes_dynamic_maps():
@@ -269,7 +269,7 @@ def test_config_errors_and_selection():
 
 
 def test_sharded_update_equals_single_device():
-  report = json_report(os.path.join(HERE, "adamw_8bit_sharded.py"))
+  report = json_report(os.path.join(TESTS, "adamw_8bit_sharded.py"))
   assert report["param_change"] > 1e-3  # the steps moved the params
   # f32 Adam agrees to 1e-4 here (tests/test_sharding.py); a moment whose f32 reduction
   # noise crosses a code midpoint moves by one map step (<= 1.4% of its block's absmax),
