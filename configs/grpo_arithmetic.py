@@ -14,7 +14,7 @@ def get_config(variant: str = ""):
   c.rl.update(num_steps=150, max_prompt_len=24, eval_every=50, checkpoint_every=25)
   c.rl.grpo.update(clip_high=0.28, aggregation="token_mean")  # clip-higher, token-level loss
   c.optimizer = dict(learning_rate=2e-4, schedule="constant", warmup_steps=0, total_steps=150,
-                     weight_decay=0.0, grad_clip_norm=1.0)
+                     weight_decay=0.0, grad_clip_norm=1.0, state_dtype="float32")
   if variant == "tiny":
     c.model.update(num_layers=2, embed_dim=64, mlp_dim=128, head_dim=16)
     c.rl.update(num_steps=4, batch_size=4, num_generations=4, max_new_tokens=16, eval_every=0,

@@ -14,7 +14,7 @@ def get_config(variant: str = ""):
   c.sft = dict(num_steps=600, batch_size=64, max_len=96, checkpoint_every=100,
                packing=False, pack_row_multiple=4)
   c.optimizer = dict(learning_rate=3e-3, schedule="cosine", warmup_steps=50, total_steps=600,
-                     weight_decay=0.0, grad_clip_norm=1.0)
+                     weight_decay=0.0, grad_clip_norm=1.0, state_dtype="float32")
   if variant == "tiny":
     c.model.update(num_layers=2, embed_dim=64, mlp_dim=128, head_dim=16)
     c.sft.update(num_steps=20, batch_size=16)

@@ -86,7 +86,7 @@ def get_config(variant: str = ""):
   c.rl.grpo.update(clip_high=0.28, aggregation="token_mean", kl_coef=0.0)
   # 1e-5: the validation seed's choice (experiments/results/smollm2_grpo_validation/).
   c.optimizer = dict(learning_rate=1e-5, schedule="constant", warmup_steps=0, total_steps=12,
-                     weight_decay=0.0, grad_clip_norm=1.0)
+                     weight_decay=0.0, grad_clip_norm=1.0, state_dtype="float32")
   # The RFT control: one SFT step per RL step over the verified samples.
   c.control = dict(sft=dict(num_steps=12, batch_size=16, max_len=192, checkpoint_every=12,
                             logprob_chunk=16, remat="full"),

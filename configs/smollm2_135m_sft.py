@@ -36,7 +36,7 @@ def get_config(variant: str = ""):
   c.sft = dict(num_steps=200, batch_size=16, max_len=128, checkpoint_every=50,
                packing=False, pack_row_multiple=4, logprob_chunk=16, remat="full")
   c.optimizer = dict(learning_rate=2e-5, schedule="cosine", warmup_steps=20, total_steps=200,
-                     weight_decay=0.0, grad_clip_norm=1.0)
+                     weight_decay=0.0, grad_clip_norm=1.0, state_dtype="float32")
   if variant == "tiny":
     c.sft.update(num_steps=2, batch_size=2, checkpoint_every=1)
     c.optimizer.update(total_steps=2, warmup_steps=0)

@@ -16,12 +16,11 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from rl_post.parallel import sharding
 from rl_post.models.logprobs import hidden_states
 from rl_post.training import state as state_lib
-from rl_post.training.optimizer import OptimizerConfig, make_optimizer
+from rl_post.training.optimizer import OptimizerConfig, make_optimizer, opt_state_shardings
 
 
 def init_critic(critic_kind: str, model_config, policy_params):
@@ -75,8 +74,8 @@ def with_critic_shardings(state_shardings, critic_kind: str, model_config, criti
   """`state_shardings` (a TrainState of shardings) extended by the critic and its moments."""
   critic_sh = critic_shardings(critic_kind, model_config, mesh, rules)
   abstract_opt = jax.eval_shape(critic_optimizer.init, abstract_critic(critic_kind, model_config))
-  opt_sh = optax.tree_map_params(critic_optimizer, lambda _, s: s, abstract_opt, critic_sh,
-                                 transform_non_params=lambda _: sharding.replicated(mesh))
+  opt_sh = opt_state_shardings(critic_optimizer, abstract_opt, critic_sh,
+                               sharding.replicated(mesh))
   return state_shardings.replace(critic=critic_sh, critic_opt_state=opt_sh)
 
 

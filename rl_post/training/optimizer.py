@@ -5,8 +5,11 @@ import dataclasses
 import optax
 
 from rl_post.config_sections import check
+from rl_post.training import adamw_8bit
 
 SCHEDULES = ("constant", "cosine", "linear")
+# Adam's moments: f32, or 8-bit blockwise-quantized (rl_post.training.adamw_8bit).
+STATE_DTYPES = ("float32", "int8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +25,7 @@ class OptimizerConfig:
   eps: float = 1e-8
   weight_decay: float = 0.0
   grad_clip_norm: float = 1.0
+  state_dtype: str = "float32"  # "int8": 8-bit moments (about a quarter of the f32 state)
 
   def __post_init__(self):
     check(self.learning_rate > 0, "learning_rate", "must be > 0", self.learning_rate)
@@ -35,6 +39,8 @@ class OptimizerConfig:
     check(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
     check(self.grad_clip_norm >= 0, "grad_clip_norm", "must be >= 0 (0 disables)",
           self.grad_clip_norm)
+    check(self.state_dtype in STATE_DTYPES, "state_dtype", f"must be one of {STATE_DTYPES}",
+          self.state_dtype)
 
 
 def learning_rate_schedule(config: OptimizerConfig) -> optax.Schedule:
@@ -56,6 +62,16 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
   parts = []
   if config.grad_clip_norm > 0:
     parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
-  parts.append(optax.adamw(learning_rate_schedule(config), b1=config.b1, b2=config.b2,
-                           eps=config.eps, weight_decay=config.weight_decay))
+  adamw = adamw_8bit.adamw_8bit if config.state_dtype == "int8" else optax.adamw
+  parts.append(adamw(learning_rate_schedule(config), b1=config.b1, b2=config.b2,
+                     eps=config.eps, weight_decay=config.weight_decay))
   return optax.chain(*parts)
+
+
+def opt_state_shardings(optimizer: optax.GradientTransformation, abstract_opt_state,
+                        param_shardings, replicated):
+  """Shardings of `optimizer`'s state: moments follow their params (8-bit codes too,
+  their block scales as `adamw_8bit.moment_sharding` says), the rest is `replicated`."""
+  return optax.tree_map_params(optimizer, adamw_8bit.moment_sharding, abstract_opt_state,
+                               param_shardings, transform_non_params=lambda _: replicated,
+                               is_leaf=adamw_8bit.is_quantized)

@@ -8,10 +8,10 @@ from typing import Any
 
 import flax.struct
 import jax
-import optax
 
 from rl_post import models
 from rl_post.parallel import sharding
+from rl_post.training.optimizer import opt_state_shardings
 
 
 @flax.struct.dataclass
@@ -43,8 +43,7 @@ def state_shardings(model_config, optimizer, mesh, rules) -> TrainState:
   params_sh = param_shardings(model_config, mesh, rules)
   abstract_opt = jax.eval_shape(optimizer.init, abstract)
   replicated = sharding.replicated(mesh)
-  opt_sh = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, params_sh,
-                                 transform_non_params=lambda _: replicated)
+  opt_sh = opt_state_shardings(optimizer, abstract_opt, params_sh, replicated)
   return TrainState(step=replicated, params=params_sh, opt_state=opt_sh, rng=replicated)
 
 
