@@ -53,9 +53,10 @@ def test_a_short_run_builds_no_more_programs_than_its_plan(tokenizer_path, tmp_p
   real = components.jit_train_step
   monkeypatch.setattr(components, "jit_train_step",
                       lambda *a, **k: jitted.append(real(*a, **k)) or jitted[-1])
-  buckets = (8, 16, 24)
+  buckets = (24, 32, 48)  # prompts of 17-24 tokens, + about 6 per extra word
   config = tiny_digit_config(tokenizer_path, num_steps=8, shared_prefix=True,
                              prompt_buckets=buckets, metrics_one_step_late=False)
+  config.rl.max_prompt_len = 48
   config.rl.grpo.kl_coef = 0.0  # no reference forward: the update and rollout shapes alone
   config.tasks.domains = (VARIED_DOMAIN,)
   config.rewards.num_workers = 0
