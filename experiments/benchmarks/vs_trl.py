@@ -3,7 +3,7 @@ r"""Side by side: TRL's GRPOTrainer (PyTorch) vs rl_post's GRPO trainer, one run
   bash experiments/benchmarks/setup_baselines.sh trl        # once: /work/envs/trl
   PYTHONPATH=. python experiments/benchmarks/vs_trl.py       # table + results/vs_trl.json
   PYTHONPATH=. python experiments/benchmarks/vs_trl.py --smoke --baselines=none --out=/tmp/v.json
-  PYTHONPATH=. python experiments/benchmarks/vs_trl.py --cold_warm --out=/tmp/vs_trl_cache.json
+  PYTHONPATH=. python experiments/benchmarks/vs_trl.py --cold_warm  # results/vs_trl_cold_warm.json
 
 Both sides start from the same weights (an SFT export made here, or a fresh
 init with --sft_steps=0; the TRL side loads the HF copy written by
@@ -69,6 +69,7 @@ from rl_post.training.optimizer import OptimizerConfig  # noqa: E402
 from rl_post.training.run import model_config_from  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "vs_trl.json")
+COLD_WARM_RESULTS = os.path.join(HERE, "results", "vs_trl_cold_warm.json")
 
 
 def bench_config(args, workdir: str):
@@ -305,7 +306,8 @@ def main(argv=None):
                       "(GLIBC_TUNABLES), or one run of each")
   parser.add_argument("--core", type=int, default=None, help="CPU to pin to (default: last)")
   parser.add_argument("--workdir", default="/tmp/rl_post/vs_trl", help="must be new or empty")
-  parser.add_argument("--out", default=RESULTS)
+  parser.add_argument("--out", default=None,
+                      help=f"default {RESULTS} ({COLD_WARM_RESULTS} with --cold_warm)")
   parser.add_argument("--cold_warm", action="store_true",
                       help="our side in two fresh processes: a new, empty compilation cache "
                       "(cold), then the same one (warm); see the module docstring")
@@ -315,6 +317,7 @@ def main(argv=None):
   parser.add_argument("--cache_mode", default="cold", choices=CACHE_MODES, help=argparse.SUPPRESS)
   parser.add_argument("--compile_cache_dir", default="", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  args.out = args.out or (COLD_WARM_RESULTS if args.cold_warm else RESULTS)
   malloc = host_memory.apply_policy()  # as every rl_post entry point does (cli.run)
   if args.ours_only:
     row = run_ours_cached(args, args.ours_only)
