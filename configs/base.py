@@ -37,6 +37,9 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
   # row roll back to the last good checkpoint; stop after max_rollbacks (docs/reliability.md).
   c.guard = dict(max_nonfinite_steps=3, max_rollbacks=2)
   # Fault injection for reliability tests (rl_post/training/faults.py); empty: none.
+  # Persistent XLA compilation cache shared by runs: "auto" ($RL_POST_COMPILE_CACHE, else
+  # ~/.cache/rl_post/jax), "" (off) or a directory (rl_post/training/compile_cache.py).
+  c.compile = dict(cache_dir="auto", min_compile_s=0.0)
   c.faults = dict(nonfinite_loss_at_steps=(), kill_at_steps=(), sigterm_at_steps=(),
                   corrupt_checkpoint_at_steps=(), corruption="flip")
   return c

@@ -24,7 +24,7 @@ from absl import app, flags
 
 from rl_post.errors import ConfigError, UserError, one_line, root_cause
 from rl_post.output_paths import ensure_workdir
-from rl_post.training import host_memory
+from rl_post.training import compile_cache, host_memory
 from rl_post.training.run import pretrained_path
 
 EXIT_USER_ERROR = 2
@@ -171,9 +171,11 @@ def fail(line: str):
 
 
 def guarded(main: Callable[[list[str]], Any], argv: list[str]) -> Any:
-  """Runs `main(argv)`, turning user errors into one line and exit status 2."""
+  """Runs `main(argv)`, turning user errors into one line and exit status 2; first
+  turns on the persistent compilation cache (`rl_post.training.compile_cache`)."""
   config = _loaded_config()
   try:
+    compile_cache.apply(config)
     if "workdir" in flags.FLAGS and flags.FLAGS["workdir"].present:
       ensure_workdir(_flag_value("workdir"))  # "" too: it names no folder
     return main(argv)

@@ -134,3 +134,18 @@ class EvenDigitSteps(ContainsDigit):
     process = sum(s for *_, s in spans) / max(len(spans), 1)
     return Verdict(bool(spans), True, completion[:8], components={"process": process},
                    step_scores=spans)
+
+
+VARIED_DOMAIN = "rl_fixtures:VariedLengthDigit"
+
+
+class VariedLengthDigit(ContainsDigit):
+  """ContainsDigit with prompts of 0-3 extra words: batches land in different
+  prompt buckets and share prefixes of different lengths."""
+
+  name = VARIED_DOMAIN
+
+  def generate(self, rng: np.random.Generator, difficulty: int) -> Task:
+    task = super().generate(rng, difficulty)
+    words = " ".join(["please"] * int(rng.integers(0, 4)))
+    return Task(task.task_id, self.name, f"{words} {task.prompt}".strip(), difficulty, None)

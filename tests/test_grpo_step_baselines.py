@@ -42,6 +42,21 @@ def test_whole_step_rows_ours_and_a_failing_baseline(tmp_path):
   assert step_baselines.goals(rows) == []  # no baseline row to compare with
 
 
+def test_cold_then_warm_cache_rows_of_ours(tmp_path):
+  core = max(os.sched_getaffinity(0))
+  rows = step_baselines.whole_step_rows({"ours": sys.executable}, smoke=True, steps=2,
+                                        core=core, workdir=str(tmp_path), precisions=("f32",),
+                                        cold_warm=True)
+  ours, cold, warm = [r for r in rows if "floor_s" not in r]
+  assert [r["system"] for r in (ours, cold, warm)] == [
+      "rl_post (JAX)", "rl_post (JAX, cold cache)", "rl_post (JAX, warm cache)"]
+  # the cold run starts from an empty directory; the warm one loads what it wrote
+  assert cold["cache_hits"] == 0 < warm["cache_hits"]
+  assert os.listdir(tmp_path / "compile_cache_smoke")
+  assert all(r["steps"] == 2 and r["first_step_s"] > 0 and "x_ours" in r for r in (cold, warm))
+  assert "rl_post (JAX, warm cache)" in step_baselines.table(rows)
+
+
 def test_mixed_precision_rows_run_ours_in_bf16_and_no_floors(tmp_path):
   core = max(os.sched_getaffinity(0))
   rows = step_baselines.whole_step_rows(

@@ -79,6 +79,7 @@ def test_one_step_of_the_smollm2_config_at_128_new_tokens_fits_in_6_gb(tmp_path)
   # peaked at 6.83 GB with them); no other test builds this model
   env = dict(os.environ, PYTHONPATH=ROOT)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
+  env["RL_POST_COMPILE_CACHE"] = ""  # nor the default one in the home directory
   env.pop("XLA_FLAGS", None)
   inherited_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
   proc = subprocess.Popen(

@@ -115,3 +115,26 @@ def test_compile_steps_are_the_first_of_each_new_update_shape():
           for c in vs_trl.compile_steps(rows)] == [(3, 16.0, 48.0), (6, 16.0, 32.0)]
   no_sharing = [{k: v for k, v in r.items() if k != "rollout/shared_prefix_len"} for r in rows]
   assert [c["step"] for c in vs_trl.compile_steps(no_sharing)] == [6]
+
+
+def test_vs_trl_cold_then_warm_cache_smoke(tmp_path):
+  """--cold_warm: two fresh processes share a new cache; the warm one loads what the
+  cold one compiled (counted by JAX's cache-hit events, not timed)."""
+  out = tmp_path / "cache.json"
+  proc = _run(["--smoke", "--baselines=none", "--cold_warm", "--steps=2", "--prompts=2",
+               "--group=2", "--response=8", "--heldout=4", "--sft_steps=0",
+               f"--workdir={tmp_path / 'w'}", f"--out={out}"], timeout=1200)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(out.read_text())
+  assert result["cold_warm"] and result["trl_over_ours"] is None
+  cold, warm = result["rows"]
+  assert (cold["system"], warm["system"]) == ("rl_post (JAX, cold cache)",
+                                              "rl_post (JAX, warm cache)")
+  assert cold["cache_hits"] == 0 and cold["programs"] > 0
+  # every program the warm run's steps build comes from the cache cold wrote
+  assert warm["cache_hits"] >= warm["programs"] > 0
+  for row in (cold, warm):
+    assert row["steps"] == 2 and row["total_s"] >= row["first_step_s"] > 0
+    assert row["process_s"] > row["total_s"] and row["launch_s"] > row["process_s"]
+  assert os.listdir(tmp_path / "w" / "compile_cache")
+  assert "cache hits" in proc.stdout and "rl_post (JAX, warm cache)" in proc.stdout

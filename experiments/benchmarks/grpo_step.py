@@ -3,6 +3,7 @@
   python experiments/benchmarks/grpo_step.py              # SmolLM2-135M memory + timed small model
   python experiments/benchmarks/grpo_step.py --smoke --out=/tmp/grpo_step.json   # tiny sizes
   python experiments/benchmarks/grpo_step.py --whole_step_only   # whole step: ours, TRL, Tunix
+  python experiments/benchmarks/grpo_step.py --whole_step_only --cold_warm  # + compile cache
 
 Whole GRPO step (rollout + reward + reference + update) of ours, TRL's
 GRPOTrainer and Tunix's GRPOLearner on sampling.py's workloads (a) and (b),
@@ -241,6 +242,9 @@ def main(argv=None):
   parser.add_argument("--precisions", default="f32,bf16",
                       help="whole-step precisions: f32 (all systems, floors) and bf16 (mixed "
                       "precision: ours with rl.compute_dtype=bfloat16, TRL with bf16=True)")
+  parser.add_argument("--cold_warm", action="store_true",
+                      help="whole step: ours twice more, with a new persistent compilation "
+                      "cache (cold) and then the same one (warm), each a fresh process")
   parser.add_argument("--before-ref", default=update_speed.BEFORE_REF,
                       help="git ref the update-speed rows compare this tree with")
   args = parser.parse_args(argv)
@@ -273,7 +277,7 @@ def main(argv=None):
     core = max(os.sched_getaffinity(0)) if args.core is None else args.core
     whole = step_baselines.whole_step_rows(systems, args.smoke, args.whole_steps, core,
                                            tempfile.mkdtemp(prefix="grpo_step_whole_"),
-                                           precisions)
+                                           precisions, cold_warm=args.cold_warm)
   if rows:
     print(f"matmul peak (best of the model's shapes, f32): {peak:.1f} GFLOP/s")
     print(table(rows))

@@ -52,7 +52,8 @@ def run_setting(new_tokens: int, grad_accum: int, steps: int, smoke: bool, workd
   if not smoke:
     cmd += [f"--config.rl.max_new_tokens={new_tokens}", f"--config.rl.grad_accum={grad_accum}"]
   env = dict(os.environ, PYTHONPATH=ROOT)
-  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # as a user runs it: every program compiles
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # every program compiles: a cold start
+  env["RL_POST_COMPILE_CACHE"] = ""  # no persistent cache (rl_post.training.compile_cache)
   start = time.perf_counter()
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, env=env)

@@ -87,9 +87,21 @@ def specs(smoke: bool, steps: int, precisions=("f32",)) -> dict[str, dict]:
   return out
 
 
+# --cold_warm: our side again with JAX's persistent compilation cache in a new directory
+# (cold: it compiles and writes every program), then reading it (warm), each in a fresh
+# process; the thresholds as rl_post's entry points set them (rl_post/training/compile_cache.py)
+CACHE_MODES = ("cold", "warm")
+
+
+def cache_env(cache_dir: str) -> dict:
+  return dict(JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+
+
 def run_side(script: str, python: str, spec_path: str, out_path: str, core: int,
-             extra: tuple[str, ...] = ()) -> dict:
-  env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+             extra: tuple[str, ...] = (), env_extra: dict | None = None) -> dict:
+  env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+             **(env_extra or {}))
   proc = subprocess.run(["taskset", "-c", str(core), python, os.path.join(HERE, script),
                          f"--spec={spec_path}", f"--out={out_path}", *extra],
                         capture_output=True, text=True, check=False, env=env)
@@ -115,9 +127,27 @@ def floor_row(workload: str, result: dict) -> dict:
               versions=result["versions"])
 
 
+def cached_rows(name: str, python: str, spec_path: str, workdir: str, core: int) -> list[dict]:
+  """Our side with a new, empty compilation cache, then with what that run wrote."""
+  cache_dir = os.path.join(workdir, f"compile_cache_{name}")
+  os.makedirs(cache_dir, exist_ok=False)
+  rows = []
+  for mode in CACHE_MODES:
+    result = run_side(SCRIPTS["ours"], python, spec_path,
+                      os.path.join(workdir, f"ours_{mode}_{name}.json"), core,
+                      env_extra=cache_env(cache_dir))
+    if "error" in result:
+      raise RuntimeError(f"our whole step with a {mode} cache failed on {name}: "
+                         f"{result['error']}")
+    rows.append(dict(summary_row(name, result), system=f"{NAMES['ours'][:-1]}, {mode} cache)",
+                     cache=mode, cache_hits=result["cache_hits"]))
+  return rows
+
+
 def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
-                    workdir: str, precisions=("f32",)) -> list[dict]:
+                    workdir: str, precisions=("f32",), cold_warm: bool = False) -> list[dict]:
   """One row per (workload, system); `x_ours` = its s/step over ours on that workload.
+  With `cold_warm`, two more rows of ours: a cold and a warm compilation cache.
 
   With ours, also the step's matmul floor (step_floor.py) with XLA, and with
   torch when TRL's interpreter is there: rows with `floor_s` instead of s/step
@@ -141,6 +171,8 @@ def whole_step_rows(systems: dict[str, str], smoke: bool, steps: int, core: int,
         rows.append(dict(workload=name, system=NAMES[system], error=result["error"]))
         continue
       rows.append(summary_row(name, result))
+      if system == "ours" and cold_warm:
+        rows += cached_rows(name, python, spec_path, workdir, core)
     for floor, (owner, flag) in FLOORS.items():
       if mixed or "ours" not in systems or owner not in systems:
         continue

@@ -3,6 +3,7 @@ r"""Side by side: TRL's GRPOTrainer (PyTorch) vs rl_post's GRPO trainer, one run
   bash experiments/benchmarks/setup_baselines.sh trl        # once: /work/envs/trl
   PYTHONPATH=. python experiments/benchmarks/vs_trl.py       # table + results/vs_trl.json
   PYTHONPATH=. python experiments/benchmarks/vs_trl.py --smoke --baselines=none --out=/tmp/v.json
+  PYTHONPATH=. python experiments/benchmarks/vs_trl.py --cold_warm  # results/vs_trl_cold_warm.json
 
 Both sides start from the same weights (an SFT export made here, or a fresh
 init with --sft_steps=0; the TRL side loads the HF copy written by
@@ -19,6 +20,14 @@ compiles -- the first, and the first of each new shared-prefix length -- are
 apart; `total_s` counts every step), rollout tokens/s and greedy held-out
 completion after the last step. Times are wall seconds on a shared machine:
 the load average is recorded.
+
+`--cold_warm` runs our side twice more, each in a fresh process (so nothing
+is compiled in memory yet) with the persistent compilation cache
+(rl_post/training/compile_cache.py) in a new empty directory: "cold" builds
+every program, "warm" loads them from what cold wrote. Its table gives each
+run's first step, all steps (compiles included), its setup and the whole
+process; the in-process row is left out (the SFT start compiled some of its
+programs).
 """
 
 import argparse
@@ -54,11 +63,13 @@ from rl_post.models import hf  # noqa: E402
 from rl_post.rl import config as rl_config  # noqa: E402
 from rl_post.rl import trainer  # noqa: E402
 from rl_post.sft import trainer as sft_trainer  # noqa: E402
-from rl_post.training import host_memory  # noqa: E402
+from rl_post.metrics import compiles  # noqa: E402
+from rl_post.training import compile_cache, host_memory  # noqa: E402
 from rl_post.training.optimizer import OptimizerConfig  # noqa: E402
 from rl_post.training.run import model_config_from  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "vs_trl.json")
+COLD_WARM_RESULTS = os.path.join(HERE, "results", "vs_trl_cold_warm.json")
 
 
 def bench_config(args, workdir: str):
@@ -150,23 +161,26 @@ def cpu_marks_of_writes(marks: list):
   return lambda: setattr(trainer.MetricWriter, "write", original)
 
 
-def run_ours(c, export: str, workdir: str) -> dict:
+def run_ours(c, export: str, workdir: str, run_dir: str = "ours") -> dict:
   c.rl.init_from = export
   # the update's time in time/train_s, not in the next rollout's (one core: nothing to overlap)
   c.rl.metrics_one_step_late = False
   marks = [time.process_time()]
   undo = cpu_marks_of_writes(marks)
   try:
-    trainer.train(c, os.path.join(workdir, "ours"))
+    trainer.train(c, os.path.join(workdir, run_dir))
   finally:
     undo()
-  rows = [r for r in read_metrics(os.path.join(workdir, "ours")) if "time/step_s" in r]
+  rows = [r for r in read_metrics(os.path.join(workdir, run_dir)) if "time/step_s" in r]
   rollout_s = [r["time/rollout_s"] for r in rows]
   tokens = [r["throughput/rollout_tokens_per_s"] * r["time/rollout_s"] for r in rows]
   step_cpu = [b - a for a, b in zip(marks, marks[1:])]  # the last one includes the eval
   return dict(system="rl_post (JAX)", **step_summary([r["time/step_s"] for r in rows], rollout_s,
                                                      tokens),
               total_s=sum(r["time/step_s"] for r in rows), compile_steps=compile_steps(rows),
+              setup_s=rows[0].get("time/setup_s", 0.0),
+              programs=int(sum(r.get("compile/programs", 0) for r in rows)),
+              compile_s=sum(r.get("time/compile_s", 0.0) for r in rows),
               # groups whose G rewards differ: the only ones with a gradient (0: nothing learned)
               informative_group_frac=statistics.fmean(1.0 - r["groups/zero_std_frac"]
                                                       for r in rows),
@@ -202,6 +216,65 @@ def run_trl(python: str, spec_path: str, workdir: str, core: int, malloc: str = 
               logit_max_diff=r["logit_max_diff"])
 
 
+CACHE_MODES = ("cold", "warm")
+_CHILD_FLAGS = ("steps", "prompts", "group", "response", "beta", "learning_rate", "precision",
+                "heldout", "seed", "workdir")
+
+
+def run_ours_cached(args, export: str) -> dict:
+  """This process's part of --cold_warm: our side with the compilation cache in
+  `args.compile_cache_dir`, its row with the cache's hits and the process's wall time."""
+  start = time.perf_counter()
+  hits = []
+  jax.monitoring.register_event_listener(
+      lambda event, **kw: hits.append(1) if event == "/jax/compilation_cache/cache_hits" else None)
+  compile_cache.enable(args.compile_cache_dir)
+  before, _ = compiles.totals()
+  c = bench_config(args, os.path.abspath(args.workdir))
+  row = run_ours(c, export, os.path.abspath(args.workdir), args.ours_dir)
+  row.update(system=f"rl_post (JAX, {args.cache_mode} cache)", cache=args.cache_mode,
+             cache_hits=len(hits), process_programs=compiles.totals()[0] - before,
+             process_s=time.perf_counter() - start)
+  return row
+
+
+def cold_and_warm(args, export: str) -> list[dict]:
+  """Our side in two fresh processes sharing a new, empty compilation cache."""
+  rows = []
+  cache_dir = os.path.join(os.path.abspath(args.workdir), "compile_cache")
+  os.makedirs(cache_dir, exist_ok=False)  # the workdir is new: the cache starts empty
+  for mode in CACHE_MODES:
+    out = os.path.join(os.path.abspath(args.workdir), f"ours_{mode}.json")
+    cmd = [sys.executable, os.path.abspath(__file__), *(f"--{k}={getattr(args, k)}"
+                                                      for k in _CHILD_FLAGS),
+           *(["--smoke"] if args.smoke else []), f"--ours_only={export}",
+           f"--ours_dir=ours_{mode}", f"--cache_mode={mode}", f"--compile_cache_dir={cache_dir}",
+           f"--out={out}"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, check=False, env=dict(os.environ, PYTHONPATH=ROOT))
+    if proc.returncode:
+      raise RuntimeError(f"our {mode}-cache run failed (exit {proc.returncode}); its output is "
+                         "above")
+    with open(out) as f:
+      rows.append(dict(json.load(f), launch_s=time.perf_counter() - start))
+  return rows
+
+
+def cache_table(rows: list[dict]) -> str:
+  """First step and all steps (compiles included) per run; ours with its setup,
+  programs built, cache hits and whole process."""
+  w = max(18, *(len(r["system"]) + 1 for r in rows))
+  head = (f"{'system':<{w}}{'first step s':>13}{'all steps s':>12}{'setup s':>9}"
+          f"{'process s':>11}{'programs':>10}{'cache hits':>11}")
+  lines = [head, "-" * len(head)]
+  for r in rows:
+    extra = "".join(f"{r[k]:>{n}{f}}" if k in r else f"{'-':>{n}}" for k, n, f in (
+        ("setup_s", 9, ".1f"), ("process_s", 11, ".1f"), ("programs", 10, "d"),
+        ("cache_hits", 11, "d")))
+    lines.append(f"{r['system']:<{w}}{r['first_step_s']:>13.2f}{r['total_s']:>12.1f}{extra}")
+  return "\n".join(lines)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--smoke", action="store_true", help="tiny model and sizes (tests)")
@@ -233,9 +306,24 @@ def main(argv=None):
                       "(GLIBC_TUNABLES), or one run of each")
   parser.add_argument("--core", type=int, default=None, help="CPU to pin to (default: last)")
   parser.add_argument("--workdir", default="/tmp/rl_post/vs_trl", help="must be new or empty")
-  parser.add_argument("--out", default=RESULTS)
+  parser.add_argument("--out", default=None,
+                      help=f"default {RESULTS} ({COLD_WARM_RESULTS} with --cold_warm)")
+  parser.add_argument("--cold_warm", action="store_true",
+                      help="our side in two fresh processes: a new, empty compilation cache "
+                      "(cold), then the same one (warm); see the module docstring")
+  # --cold_warm's child processes (internal)
+  parser.add_argument("--ours_only", default="", help=argparse.SUPPRESS)
+  parser.add_argument("--ours_dir", default="ours", help=argparse.SUPPRESS)
+  parser.add_argument("--cache_mode", default="cold", choices=CACHE_MODES, help=argparse.SUPPRESS)
+  parser.add_argument("--compile_cache_dir", default="", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  args.out = args.out or (COLD_WARM_RESULTS if args.cold_warm else RESULTS)
   malloc = host_memory.apply_policy()  # as every rl_post entry point does (cli.run)
+  if args.ours_only:
+    row = run_ours_cached(args, args.ours_only)
+    with open(args.out, "w") as f:
+      json.dump(row, f, indent=1)
+    return row
   python = baseline_python(args.trl_python, "trl") if args.baselines == "trl" else None
   core = max(os.sched_getaffinity(0)) if args.core is None else args.core
   os.sched_setaffinity(0, {core})
@@ -250,7 +338,8 @@ def main(argv=None):
   spec_path = os.path.join(workdir, "trl_spec.json")
   with open(spec_path, "w") as f:
     json.dump(spec, f)
-  rows = [run_ours(c, export, workdir)]
+  rows = cold_and_warm(args, export) if args.cold_warm else [run_ours(c, export, workdir)]
+  ours = rows[0]["system"]
   if python:
     for malloc_mode in (("system", "retain") if args.trl_malloc == "both" else (args.trl_malloc,)):
       rows.append(run_trl(python, spec_path, workdir, core, malloc_mode))
@@ -258,20 +347,23 @@ def main(argv=None):
         rows[-1]["system"] += " (retain malloc)"
   print(f"\ncore {core}; load avg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
         f"{spec['hparams']}")
-  print(comparison_table(rows, "rl_post (JAX)"))
+  print(comparison_table(rows, ours))
   print("all steps, compiles included: " + ", ".join(f"{r['system']} {r['total_s']:.1f} s"
                                                      for r in rows))
   print(f"ours: {100 * rows[0]['informative_group_frac']:.0f}% of groups had rewards that "
         "differ (the others give no gradient)")
+  if args.cold_warm:
+    print(cache_table(rows))
   for step in rows[0]["compile_steps"]:
     print(f"ours compiled another update at step {step['step']} ({step['s']:.1f} s): shared "
           f"prefix {step['shared_prefix_len']:.0f}, width {step['update_width']:.0f}")
+  trl = [r for r in rows if not r["system"].startswith("rl_post")]
   result = dict(core=core, load_avg_before=load_before, load_avg_after=os.getloadavg(),
                 smoke=args.smoke, sft_steps=args.sft_steps, seed=args.seed, host_malloc=malloc,
                 hparams=spec["hparams"],
                 model=model_config_from(c, tokenizer).to_dict(), rows=rows,
-                trl_over_ours=(rows[1]["s_per_step"] / rows[0]["s_per_step"]
-                               if len(rows) > 1 else None))
+                cold_warm=args.cold_warm,
+                trl_over_ours=(trl[0]["s_per_step"] / rows[0]["s_per_step"] if trl else None))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w") as f:
     json.dump(result, f, indent=1)

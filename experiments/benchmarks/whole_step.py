@@ -101,7 +101,10 @@ def run(spec: dict) -> dict:
 def main(argv=None):
   spec, out = side_io.read_spec(__doc__.splitlines()[0], argv)
   malloc = host_memory.apply_policy()  # as every rl_post entry point does
-  result = dict(run(spec), host_malloc=malloc)
+  hits = []  # programs loaded from a persistent compilation cache (step_baselines --cold_warm)
+  jax.monitoring.register_event_listener(
+      lambda event, **kw: hits.append(1) if event == "/jax/compilation_cache/cache_hits" else None)
+  result = dict(run(spec), host_malloc=malloc, cache_hits=len(hits))
   side_io.write_result(out, result)
 
 

@@ -104,8 +104,9 @@ class Progress:
     """'step 12/100 (12%) 1.30 s/step ETA 1m54s | reward 0.41 | mfu 31.2%'.
 
     With the trainer's timers, also the rollout's speed (its compile time
-    excluded), the update's seconds, and the seconds spent compiling when a
-    step compiled anything: 'rollout 180 tok/s | update 41.2s | compile 13.0s'.
+    excluded), the update's seconds, and the seconds spent building programs
+    and how many when a step built any: 'rollout 180 tok/s | update 41.2s |
+    compile 13.0s (3 programs)'.
     """
     pct = 100.0 * step / self.total if self.total else 100.0
     parts = [f"step {step}/{self.total} ({pct:.0f}%) "
@@ -121,4 +122,7 @@ class Progress:
                             ("time/eval_s", "eval", "{:.1f}s")):
       if key in metrics and not (key == "time/compile_s" and metrics[key] < 0.05):
         parts.append(f"{label} {fmt.format(metrics[key])}")
+        if key == "time/compile_s" and metrics.get("compile/programs"):
+          programs = int(metrics["compile/programs"])
+          parts[-1] += f" ({programs} program{'s' if programs != 1 else ''})"
     return " | ".join(parts)

@@ -15,7 +15,7 @@ from rl_post.parallel import process_data, sharding
 from rl_post.rewards.scoring import RewardConfig
 from rl_post.rl import config as rl_config
 from rl_post.rl import critic as critic_lib
-from rl_post.rl import filtering
+from rl_post.rl import filtering, shape_buckets
 from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
                                    make_value_fn)
 from rl_post.sampling.sampler import SamplingConfig
@@ -122,6 +122,9 @@ class RLComponents:
     # context axis splits the sequence into fixed blocks
     self.trims_width = bool(rl.width_multiple) and cp_mesh is None
     self.step_fn, self.ref_fn = self.step_fn_for(0), self.ref_fn_for(0)
+    # the update and reference shapes single-turn rounds can reach (episodes: rl_post/envs)
+    self.shapes = (shape_buckets.plan(rl, self.sampling.length_buckets, self.trims_width)
+                   if self.episodes is None else None)
     if rl.uses_critic:
       self.value_fn = jax.jit(make_value_fn(self.model_config, rl, cp_mesh))
 

@@ -74,9 +74,13 @@ class RLConfig:
       B*P + B*G*L_max rows of work instead of B*G*(P + L_max). The same
       numbers up to float rounding; minibatches keep whole groups (shuffled
       by group), so `minibatch_size / grad_accum` must be a multiple of G.
-      The shared length is found per batch (a multiple of 16: one compiled
-      update per length). Single process; not with context parallelism or
-      episodes.
+      The shared length is found per batch and rounded down to a rung of
+      `prefix_buckets` (one compiled update per rung reached). Single
+      process; not with context parallelism or episodes.
+    prefix_buckets: with shared_prefix, the shared lengths the update compiles
+      for (a batch uses the largest <= its own); () = 8, 16, 24, 32, 48, 64,
+      96, ... (rl/shape_buckets.py). Fewer rungs: fewer programs, less
+      prefix run once per group.
     algo: the chosen algorithm's config (set by `load`, not a section field).
     process_credit: where the `process` reward component (the verifier's
       step scores, e.g. arithmetic's column checks, times its weight in
@@ -123,6 +127,7 @@ class RLConfig:
   shared_prefix: bool = False
   algo: Any = None
   prompt_buckets: tuple[int, ...] = ()
+  prefix_buckets: tuple[int, ...] = ()
   process_credit: str = "sequence"
   width_multiple: int = 16
 
@@ -186,6 +191,10 @@ class RLConfig:
           and (not self.prompt_buckets or self.prompt_buckets[-1] >= self.max_prompt_len),
           "prompt_buckets", "must be strictly increasing positive ints, the last >= "
           f"max_prompt_len ({self.max_prompt_len}), or empty", self.prompt_buckets)
+    check(list(self.prefix_buckets) == sorted(set(self.prefix_buckets))
+          and all(isinstance(b, int) and b > 0 for b in self.prefix_buckets),
+          "prefix_buckets", "must be strictly increasing positive ints, or empty",
+          self.prefix_buckets)
 
   @property
   def rollouts_per_step(self) -> int:

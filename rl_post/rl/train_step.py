@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_post.rl import losses
+from rl_post.rl import losses, shape_buckets
 from rl_post.rl.algorithm import AdvantageInputs, LossInputs
 from rl_post.rl.config import RLConfig
 from rl_post.rl.critic import critic_values
@@ -39,16 +39,14 @@ def batch_ndims(rl: RLConfig) -> dict[str, int]:
   return keys
 
 
-PREFIX_GRANULE = 16  # shared prefix lengths of 32 and more are multiples of this
-SHORT_PREFIX_GRANULE = 8  # below 32: short prompts keep most of their prefix shared
-
-
-def prefix_rung(length: int) -> int:
+def prefix_rung(length: int, rl: RLConfig | None = None) -> int:
   """The longest shared-prefix length <= `length` that the update compiles for:
-  a multiple of 8 below 32 (8, 16, 24), of 16 from 32 on. A run compiles one
-  update per rung its batches reach (`RLComponents.step_fn_for`)."""
-  granule = SHORT_PREFIX_GRANULE if length < 32 else PREFIX_GRANULE
-  return length // granule * granule
+  a rung of `rl.prefix_buckets` (default 8, 16, 24, 32, 48, 64, 96, ...:
+  rl/shape_buckets.py). A run compiles one update per rung its batches reach
+  (`RLComponents.step_fn_for`)."""
+  buckets = shape_buckets.prefix_buckets(rl, length) if rl is not None else (
+      shape_buckets.default_prefix_buckets(length))
+  return shape_buckets.round_prefix(length, buckets)
 
 
 def used_width(rl: RLConfig, prompt_lens_B, mask_BxT) -> int:
@@ -88,7 +86,7 @@ def shared_prefix_len(rl: RLConfig, tokens_NxT) -> int:
   same_PxT = (grouped_PxGxT == grouped_PxGxT[:, :1]).all(axis=1)
   common_P = np.where(same_PxT.all(axis=1), t, np.argmin(same_PxT, axis=1))
   shared = min(int(common_P.min()), t - 1)  # at least one position per row stays its own
-  return prefix_rung(shared)
+  return prefix_rung(shared, rl)
 
 
 def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int = 0):

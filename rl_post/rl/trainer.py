@@ -364,6 +364,7 @@ def train(config, workdir: str) -> dict:
     if rl.shared_prefix:  # leading positions the update ran once per group
       metrics["rollout/shared_prefix_len"] = float(prefix_len)
     metrics["rollout/update_width"] = float(batch["tokens"].shape[1])
+    metrics["rollout/width"] = float(host.tokens_BxT.shape[1])
     metrics.update(_update_mixture(c, scored))
     metrics.update(timer.metrics())
     timer.reset()
@@ -453,6 +454,9 @@ def train(config, workdir: str) -> dict:
            "time/setup_compile_s": setup_compile_s}
   logging.info("rl setup (model, state, reward pool) took %.1fs, %d programs built in %.1fs",
                setup["time/setup_s"], setup_programs, setup_compile_s)
+  if c.shapes is not None:  # rl_post/rl/shape_buckets.py
+    logging.info("rl shapes: %s", c.shapes.describe())
+    setup["compile/update_programs_bound"] = float(c.shapes.update_programs)
   dispatched = None
   try:
     while it < rl.num_steps or dispatched is not None:

@@ -49,3 +49,14 @@ def test_durations_and_bad_bounds():
   assert progress.format_duration(3725) == "1h02m05s"
   with pytest.raises(ValueError, match="progress bounds"):
     progress.Progress(total_steps=3, start_step=5)
+
+
+def test_the_line_reports_compile_seconds_and_programs_apart():
+  p = progress.Progress(10, clock=lambda: 0.0)
+  m = dict(p.update(1, now=20.0), **{"time/train_s": 12.0})
+  assert p.line(1, dict(m, **{"time/compile_s": 13.04, "compile/programs": 3.0})).endswith(
+      "| update 12.0s | compile 13.0s (3 programs)")
+  assert p.line(1, dict(m, **{"time/compile_s": 0.5, "compile/programs": 1.0})).endswith(
+      "| compile 0.5s (1 program)")
+  # a step that built nothing (or next to nothing) shows no compile part
+  assert "compile" not in p.line(1, dict(m, **{"time/compile_s": 0.0, "compile/programs": 0.0}))

@@ -137,7 +137,7 @@ def test_shared_length_is_the_shortest_common_group_prefix_in_granules():
   assert shared_prefix_len(rl, tokens) == 16
   tokens[G:2 * G, 16:20] = 9  # group 1's rows also agree on 4 response tokens: still 16
   assert shared_prefix_len(rl, tokens) == 16
-  tokens[:, :34] = 7  # every group shares 34 positions: 32, a multiple of 16
+  tokens[:, :34] = 7  # every group shares 34 positions: rung 32
   assert shared_prefix_len(rl, tokens) == 32
   tokens[G + 1, 15] += 1  # one row of group 1 differs at 15: 8, a multiple of 8 below 32
   assert shared_prefix_len(rl, tokens) == 8
@@ -149,9 +149,11 @@ def test_shared_length_is_the_shortest_common_group_prefix_in_granules():
   assert shared_prefix_len(rl, same) == 16  # identical rows keep >= 1 own position
 
 
-def test_prefix_rungs_are_multiples_of_8_below_32_and_of_16_above():
+def test_prefix_rungs_are_multiples_of_8_to_32_then_1_5x_apart():
   assert [prefix_rung(n) for n in (0, 7, 8, 15, 23, 24, 31, 32, 47, 48, 100, 250)] == [
-      0, 0, 8, 8, 16, 24, 24, 32, 32, 48, 96, 240]
+      0, 0, 8, 8, 16, 24, 24, 32, 32, 48, 96, 192]
+  rl = _rl(shared_prefix=True, prefix_buckets=(10, 20))
+  assert [prefix_rung(n, rl) for n in (9, 10, 19, 20, 100)] == [0, 10, 10, 20, 20]
 
 
 def test_config_needs_groups_and_whole_groups_per_micro_batch():
