@@ -15,7 +15,7 @@ import pytest
 from rl_post.errors import ConfigError
 from rl_post.training import compile_cache
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A child that applies a config's `compile` section, builds one jitted program, and
 # prints the cache it used and how many programs JAX loaded from it.
