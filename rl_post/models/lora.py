@@ -73,6 +73,12 @@ class LoraConfig:
     check(not self.enabled or self.targets, "targets", "must name at least one module when "
           "rank > 0", self.targets)
 
+  @classmethod
+  def section_defaults(cls) -> dict:
+    """The section with every default (what configs hold, so `--config.<x>.lora.rank=8`
+    overrides it)."""
+    return dataclasses.asdict(cls())
+
   @property
   def enabled(self) -> bool:
     return self.rank > 0
@@ -139,6 +145,11 @@ def abstract_adapters(config: ModelConfig, lora: LoraConfig):
 def merge(params: dict, adapters: dict, lora: LoraConfig) -> dict:
   """Base params with every adapted projection W replaced by W + (alpha/r) A @ B
   (computed in float32, stored in W's dtype); other leaves are the base's own."""
+  return merge_scaled(params, adapters, lora.scale)
+
+
+def merge_scaled(params: dict, adapters: dict, scale) -> dict:
+  """`merge` with the scale alpha/r given as a number (or a traced scalar)."""
   blocks = dict(params["blocks"])
   for module, targets in adapters.items():
     blocks[module] = dict(blocks[module])
@@ -149,7 +160,7 @@ def merge(params: dict, adapters: dict, lora: LoraConfig) -> dict:
       delta_LxKxN = jnp.einsum("lkr,lrn->lkn", a.reshape(layers, -1, r).astype(jnp.float32),
                                b.reshape(layers, r, -1).astype(jnp.float32))
       blocks[module][target] = (w.astype(jnp.float32)
-                                + lora.scale * delta_LxKxN.reshape(w.shape)).astype(w.dtype)
+                                + scale * delta_LxKxN.reshape(w.shape)).astype(w.dtype)
   return dict(params, blocks=blocks)
 
 

@@ -2,6 +2,11 @@
 
 `TrainState` is the whole mutable state of a run: restoring it (plus the
 step-indexed data streams) resumes a run exactly.
+
+With LoRA (`rl_post.models.lora`, a `LoraConfig` with rank > 0 passed as
+`lora`), `params` are the adapters, the only leaves the optimizer sees, and
+`frozen` holds the base model's params, which no step changes: the step
+passes them through (donated with the state, so they are never copied).
 """
 
 from typing import Any
@@ -11,6 +16,7 @@ import jax
 import optax
 
 from rl_post import models
+from rl_post.models import lora as lora_lib
 from rl_post.parallel import sharding
 
 
@@ -22,6 +28,11 @@ class TrainState:
   rng: jax.Array       # typed PRNG key; per-step keys are fold_in(rng, step)
   critic: Any = None            # RL critic params (PPO), see rl_post.rl.critic
   critic_opt_state: Any = None  # the critic's own optax state
+  frozen: Any = None            # with LoRA: the frozen base params (`params` = adapters)
+
+
+def _lora_on(lora) -> bool:
+  return lora is not None and lora.enabled
 
 
 def param_shardings(model_config, mesh, rules):
@@ -37,42 +48,82 @@ def abstract_sharded_params(model_config, mesh, rules):
                       param_shardings(model_config, mesh, rules))
 
 
-def state_shardings(model_config, optimizer, mesh, rules) -> TrainState:
-  """A TrainState of NamedShardings: optimizer moments follow their params."""
-  abstract = models.abstract_params(model_config)
+def adapter_shardings(model_config, lora, mesh, rules):
+  """NamedShardings for LoRA adapters, from their logical axes and the same rules."""
+  return sharding.tree_shardings(lora_lib.adapter_logical_axes(model_config, lora),
+                                 lora_lib.abstract_adapters(model_config, lora), mesh, rules)
+
+
+def state_shardings(model_config, optimizer, mesh, rules, lora=None) -> TrainState:
+  """A TrainState of NamedShardings: optimizer moments follow their params
+  (with `lora` on, the adapters; the frozen base keeps the params' shardings)."""
   params_sh = param_shardings(model_config, mesh, rules)
+  frozen_sh = None
+  if _lora_on(lora):
+    frozen_sh, params_sh = params_sh, adapter_shardings(model_config, lora, mesh, rules)
+    abstract = lora_lib.abstract_adapters(model_config, lora)
+  else:
+    abstract = models.abstract_params(model_config)
   abstract_opt = jax.eval_shape(optimizer.init, abstract)
   replicated = sharding.replicated(mesh)
   opt_sh = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, params_sh,
                                  transform_non_params=lambda _: replicated)
-  return TrainState(step=replicated, params=params_sh, opt_state=opt_sh, rng=replicated)
+  return TrainState(step=replicated, params=params_sh, opt_state=opt_sh, rng=replicated,
+                    frozen=frozen_sh)
 
 
-def abstract_state(model_config, optimizer, mesh, rules) -> TrainState:
+def abstract_state(model_config, optimizer, mesh, rules, lora=None) -> TrainState:
   """ShapeDtypeStructs with shardings: the target for checkpoint restore."""
-  shardings = state_shardings(model_config, optimizer, mesh, rules)
-  shapes = jax.eval_shape(lambda: _fresh_state(model_config, optimizer, jax.random.key(0)))
+  shardings = state_shardings(model_config, optimizer, mesh, rules, lora)
+  shapes = jax.eval_shape(lambda: _fresh_state(model_config, optimizer, jax.random.key(0),
+                                               lora=lora))
   return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                       shapes, shardings)
 
 
-def _fresh_state(model_config, optimizer, rng, params=None):
+def _fresh_state(model_config, optimizer, rng, params=None, lora=None):
   init_rng, state_rng = jax.random.split(rng)
   if params is None:
     params = models.init_params(model_config, init_rng)
+  frozen = None
+  if _lora_on(lora):  # the base is frozen; the adapters (B = 0: the base's outputs) train
+    frozen = params
+    params = lora_lib.init_adapters(model_config, lora, jax.random.fold_in(init_rng, 1))
   return TrainState(step=jax.numpy.zeros((), jax.numpy.int32), params=params,
-                    opt_state=optimizer.init(params), rng=state_rng)
+                    opt_state=optimizer.init(params), rng=state_rng, frozen=frozen)
 
 
-def create_train_state(model_config, optimizer, mesh, rules, rng, params=None) -> TrainState:
+def create_train_state(model_config, optimizer, mesh, rules, rng, params=None,
+                       lora=None) -> TrainState:
   """Initialises (or wraps `params` into) a TrainState placed on `mesh`.
 
   Parameters are created directly in their shardings: init runs under
   `jax.jit` with `out_shardings`, so no host ever holds the whole model.
+  With `lora` on, `params` (or the fresh init) become the frozen base and
+  fresh adapters are what the state trains.
   """
-  shardings = state_shardings(model_config, optimizer, mesh, rules)
+  shardings = state_shardings(model_config, optimizer, mesh, rules, lora)
   if params is not None:
-    params = jax.device_put(params, shardings.params)
-  init = jax.jit(lambda r, p: _fresh_state(model_config, optimizer, r, p),
+    params = jax.device_put(params, shardings.frozen if _lora_on(lora) else shardings.params)
+  init = jax.jit(lambda r, p: _fresh_state(model_config, optimizer, r, p, lora),
                  out_shardings=shardings)
   return init(rng, params)
+
+
+def model_params(state: TrainState, lora=None):
+  """The policy's full params: `state.params`, or with adapters the base with
+  them merged in (a new copy; for sampling, evaluation and export)."""
+  if state.frozen is None:
+    return state.params
+  return _merged(state.frozen, state.params, lora)
+
+
+@jax.jit
+def _merged_jit(frozen, adapters, scale):
+  return lora_lib.merge_scaled(frozen, adapters, scale)
+
+
+def _merged(frozen, adapters, lora):
+  if not _lora_on(lora):
+    raise ValueError("a state with frozen base params needs the run's LoraConfig")
+  return _merged_jit(frozen, adapters, lora.scale)
