@@ -208,8 +208,8 @@ def test_peft_adapter_round_trips_exactly(setup, tmp_path):
   assert (loaded_lora.rank, loaded_lora.alpha, loaded_lora.targets) == (4, 8.0, lora.targets)
   jax.tree.map(np.testing.assert_array_equal, loaded, jax.tree.map(np.asarray, moved))
   bigger = config.__class__(**dict(config.to_dict(), embed_dim=48))
-  with pytest.raises(ValueError, match=r"q_proj.lora_A.weight has shape \(4, 32\), "
-                                       r"expected \(4, 48\)"):
+  with pytest.raises(ValueError, match=r"o_proj.lora_B.weight has shape \(32, 4\), "
+                                       r"expected \(48, 4\)"):
     peft.load_adapter(directory, bigger)
 
 
