@@ -3,11 +3,11 @@ the base, exports, and exact resume (tiny models, a few steps each)."""
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 from configs import grpo_arithmetic, sft_arithmetic
 from rl_fixtures import DIGIT_DOMAIN
-from rl_post import models
 from rl_post.checkpoint.params import load_params
 from rl_post.metrics.writers import read_metrics
 from rl_post.models import lora as lora_lib
@@ -32,10 +32,11 @@ def _rl_config(tokenizer_path, algorithm="grpo", **rl):
   return c
 
 
-def _fresh_base(result):
-  """The base params the run started from (its fresh init, as `create_train_state` draws it)."""
+def _fresh_base(result, lora):
+  """The base params the run started from: its fresh init, drawn as the trainer draws it."""
   ctx = result["context"]
-  return models.init_params(ctx.model_config, jax.random.split(ctx.key("init"))[0])
+  return state_lib.create_train_state(ctx.model_config, optax.sgd(0.1), ctx.mesh, ctx.rules,
+                                      ctx.key("init"), lora=lora).frozen
 
 
 def _equal(a, b) -> bool:
@@ -43,9 +44,9 @@ def _equal(a, b) -> bool:
   return all(jax.tree.leaves(same))
 
 
-def _assert_adapters_trained_base_frozen(result):
+def _assert_adapters_trained_base_frozen(result, lora=lora_lib.LoraConfig(**LORA)):
   state = result["state"]
-  assert _equal(state.frozen, _fresh_base(result))  # the base never changes
+  assert _equal(state.frozen, _fresh_base(result, lora))  # the base never changes
   b_leaves = [t["B_RxN"] for m in state.params.values() for t in m.values()]
   assert all(np.abs(np.asarray(b)).max() > 0 for b in b_leaves)  # every adapter moved off B=0
   adapter_shapes = {x.shape for x in jax.tree.leaves(state.params)}
@@ -90,11 +91,11 @@ def test_sft_with_lora_trains_adapters_exports_merged_and_peft_and_resumes(
                lora=dict(rank=4, alpha=8.0, dropout=0.1, targets=("q_proj", "v_proj", "down")))
   c.optimizer.update(learning_rate=3e-2, warmup_steps=0, total_steps=2)
   straight = sft_trainer.train(c, str(tmp_path / "straight"))
-  _assert_adapters_trained_base_frozen(straight)
+  lora = lora_lib.LoraConfig(rank=4, alpha=8.0, dropout=0.1, targets=("q_proj", "v_proj", "down"))
+  _assert_adapters_trained_base_frozen(straight, lora)
   state, ctx = straight["state"], straight["context"]
   assert set(state.params["attn"]) == {"q_proj", "v_proj"} and set(state.params["mlp"]) == {
       "down"}
-  lora = lora_lib.LoraConfig(rank=4, alpha=8.0, dropout=0.1, targets=("q_proj", "v_proj", "down"))
   merged = lora_lib.merge(state.frozen, state.params, lora)
   exported = load_params(straight["export_dir"],
                          state_lib.abstract_sharded_params(ctx.model_config, ctx.mesh, ctx.rules))
