@@ -194,10 +194,9 @@ def for_model(adapters: dict, lora: LoraConfig, num_layers: int, rng=None) -> Ad
   """The stacked `Adapters` the model's layer scan consumes: B scaled by alpha/r
   (gradients flow through the scaling to B), and per-layer dropout keys when
   `rng` is given and `lora.dropout` > 0 (training); no dropout otherwise."""
-  weights = jax.tree.map(lambda x: x, adapters)
-  for targets in weights.values():
-    for target, adapter in targets.items():
-      targets[target] = dict(adapter, B_RxN=adapter["B_RxN"] * lora.scale)
+  weights = {module: {target: dict(adapter, B_RxN=adapter["B_RxN"] * lora.scale)
+                      for target, adapter in targets.items()}
+             for module, targets in adapters.items()}
   keys = None
   if rng is not None and lora.dropout > 0:
     keys = jax.random.split(rng, num_layers)
