@@ -30,6 +30,7 @@ import jax.numpy as jnp
 
 from rl_post.config_sections import check
 from rl_post.models.config import ModelConfig
+from rl_post.models import quant
 from rl_post.models.matmul import dot_acc32
 
 # our projection names, the module holding each, and its HF (PEFT) name
@@ -51,11 +52,15 @@ class LoraConfig:
       update's log-probs must equal the sampler's, so `rl.lora.dropout` is 0).
     targets: projections that get adapters, from q_proj, k_proj, v_proj,
       o_proj (attention) and gate, up, down (MLP).
+    base_quant: "" keeps the frozen base in its dtype; "int8" stores every
+      block projection int8 with per-output-channel scales, applied to each
+      matmul's output (QLoRA, int8: `rl_post.models.quant`).
   """
   rank: int = 0
   alpha: float = 16.0
   dropout: float = 0.0
   targets: tuple[str, ...] = tuple(TARGETS)
+  base_quant: str = ""
 
   def __post_init__(self):
     object.__setattr__(self, "targets", tuple(self.targets))
@@ -72,6 +77,10 @@ class LoraConfig:
           self.targets)
     check(not self.enabled or self.targets, "targets", "must name at least one module when "
           "rank > 0", self.targets)
+    check(self.base_quant in ("", "int8"), "base_quant", 'must be "" or "int8"',
+          self.base_quant)
+    check(self.enabled or not self.base_quant, "base_quant", "needs rank > 0 (only a frozen "
+          "base is quantized)", self.base_quant)
 
   @classmethod
   def section_defaults(cls) -> dict:
@@ -168,15 +177,23 @@ def merge_scaled(params: dict, adapters: dict, scale) -> dict:
 class Adapters:
   """What the layers read to add the adapters' update: `weights`
   ({module: {target: {"A_KxR", "B_RxN"}}}, B already scaled by alpha/r), and
-  optional dropout `keys`. Built stacked over [L] by `for_model`; the layer
-  scan slices one layer's view out of it."""
+  optional dropout `keys`, and with an int8 base its per-output-channel
+  `scales` ({module: {target: [*out]}}, `rl_post.models.quant`). Built stacked
+  over [L] by `for_model`; the layer scan slices one layer's view out of it."""
   weights: dict
   keys: Any = None
+  scales: Any = None
   dropout: float = flax.struct.field(pytree_node=False, default=0.0)
 
   def dense(self, module: str, target: str, x_MxK, w_KxN):
-    """x @ w with w frozen (no gradient), plus the adapter's update if `target` has one."""
-    y_MxN = dot_acc32(x_MxK, jax.lax.stop_gradient(w_KxN))
+    """x @ w with w frozen (no gradient), plus the adapter's update if `target` has one.
+    With `scales`, w holds int8 values and the product is scaled per output channel."""
+    w_KxN = jax.lax.stop_gradient(w_KxN)
+    if self.scales is None:
+      y_MxN = dot_acc32(x_MxK, w_KxN)
+    else:
+      scale_N = jax.lax.stop_gradient(self.scales[module][target]).reshape(-1)
+      y_MxN = (dot_acc32(x_MxK, w_KxN, jnp.float32) * scale_N).astype(x_MxK.dtype)
     adapter = self.weights.get(module, {}).get(target)
     if adapter is None:
       return y_MxN
@@ -190,25 +207,31 @@ class Adapters:
     return y_MxN + dot_acc32(dot_acc32(x_MxK, a_KxR), b_RxN)
 
 
-def for_model(adapters: dict, lora: LoraConfig, num_layers: int, rng=None) -> Adapters:
+def for_model(adapters: dict, lora: LoraConfig, num_layers: int, rng=None,
+              scales=None) -> Adapters:
   """The stacked `Adapters` the model's layer scan consumes: B scaled by alpha/r
-  (gradients flow through the scaling to B), and per-layer dropout keys when
-  `rng` is given and `lora.dropout` > 0 (training); no dropout otherwise."""
+  (gradients flow through the scaling to B), per-layer dropout keys when
+  `rng` is given and `lora.dropout` > 0 (training; no dropout otherwise), and
+  an int8 base's `scales`."""
   weights = {module: {target: dict(adapter, B_RxN=adapter["B_RxN"] * lora.scale)
                       for target, adapter in targets.items()}
              for module, targets in adapters.items()}
   keys = None
   if rng is not None and lora.dropout > 0:
     keys = jax.random.split(rng, num_layers)
-  return Adapters(weights=weights, keys=keys, dropout=float(lora.dropout))
+  return Adapters(weights=weights, keys=keys, scales=scales, dropout=float(lora.dropout))
 
 
 def model_inputs(trained, frozen, lora: LoraConfig | None, num_layers: int, rng=None):
   """(model params, Adapters or None) from a train state's trained and frozen trees:
-  with adapters (`frozen` holds the base), the base behind a stop_gradient and
-  the adapters to apply; without, the trained params themselves."""
+  with adapters (`frozen` holds the base, float or `quant.quantize_base`'s),
+  the base behind a stop_gradient and the adapters to apply; without, the
+  trained params themselves."""
   if frozen is None:
     return trained, None
   if lora is None or not lora.enabled:
     raise ValueError("a train state with frozen base params needs an enabled LoraConfig")
-  return jax.lax.stop_gradient(frozen), for_model(trained, lora, num_layers, rng)
+  scales = None
+  if quant.is_quantized(frozen):
+    frozen, scales = frozen["params"], frozen["scales"]
+  return jax.lax.stop_gradient(frozen), for_model(trained, lora, num_layers, rng, scales)

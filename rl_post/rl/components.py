@@ -162,7 +162,8 @@ class RLComponents:
     with LoRA and `rl.ref_dtype` equal to the base's dtype the base itself, read
     from the current state (the state is donated to every update)."""
     if ref_params is None and state.frozen is not None and self.rl.needs_reference:
-      return state.frozen
+      # an int8 base: a float copy per rollout, freed with it
+      return state_lib.base_params(state.frozen) if self.rl.lora.base_quant else state.frozen
     return ref_params
 
   def shard(self, tree):

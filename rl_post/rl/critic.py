@@ -90,7 +90,7 @@ def attach_critic(state, critic_kind: str, model_config, critic_optimizer, shard
 
   critic, opt_state = jax.jit(init, out_shardings=(shardings.critic,
                                                    shardings.critic_opt_state))(
-      state.params if state.frozen is None else state.frozen)
+      state.params if state.frozen is None else state_lib.base_params(state.frozen))
   return state.replace(critic=critic, critic_opt_state=opt_state)
 
 

@@ -54,7 +54,6 @@ from rl_post.rl.components import RLComponents
 from rl_post.rl.config import RLConfig
 from rl_post.rl.train_step import rollout_batch, shared_prefix_len, trim_batch, used_width
 from rl_post.sampling.sampler import generate
-from rl_post.training import precision
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog
 from rl_post.training import host_memory
@@ -261,11 +260,10 @@ def train(config, workdir: str) -> dict:
   ref_params = None
   # frozen copy of the starting policy, optionally in bf16; with LoRA the base itself
   # unless it must be cast (c.reference_params)
-  start_params = state.params if state.frozen is None else state.frozen
-  if rl.needs_reference and (state.frozen is None or precision.floating_dtypes(
-      start_params) != {rl.ref_dtype}):
+  if rl.needs_reference and (state.frozen is None
+                             or ctx.model_config.param_dtype != rl.ref_dtype):
     ref_params = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(rl.ref_dtype), p))(
-        start_params)
+        state.params if state.frozen is None else state_lib.base_params(state.frozen))
   fault_log = FaultLog(workdir)
   injector = FaultInjector(c.faults, fault_log)
   guard = NonFiniteGuard(c.guard, fault_log)

@@ -7,6 +7,8 @@ With LoRA (`rl_post.models.lora`, a `LoraConfig` with rank > 0 passed as
 `lora`), `params` are the adapters, the only leaves the optimizer sees, and
 `frozen` holds the base model's params, which no step changes: the step
 passes them through (donated with the state, so they are never copied).
+With `lora.base_quant="int8"` the base is `rl_post.models.quant.quantize_base`'s
+{"params", "scales"} (int8 projections, f32 scales).
 """
 
 from typing import Any
@@ -17,6 +19,7 @@ import optax
 
 from rl_post import models
 from rl_post.models import lora as lora_lib
+from rl_post.models import quant
 from rl_post.parallel import sharding
 
 
@@ -61,6 +64,12 @@ def state_shardings(model_config, optimizer, mesh, rules, lora=None) -> TrainSta
   frozen_sh = None
   if _lora_on(lora):
     frozen_sh, params_sh = params_sh, adapter_shardings(model_config, lora, mesh, rules)
+    if lora.base_quant:  # the scales split like their projections' output dims
+      abstract_scales = jax.eval_shape(quant.quantize_base,
+                                       models.abstract_params(model_config))["scales"]
+      frozen_sh = {"params": frozen_sh, "scales": sharding.tree_shardings(
+          quant.scale_logical_axes(models.param_logical_axes(model_config)), abstract_scales,
+          mesh, rules)}
     abstract = lora_lib.abstract_adapters(model_config, lora)
   else:
     abstract = models.abstract_params(model_config)
@@ -87,7 +96,7 @@ def _fresh_state(model_config, optimizer, rng, params=None, lora=None):
     params = models.init_params(model_config, init_rng)
   frozen = None
   if _lora_on(lora):  # the base is frozen; the adapters (B = 0: the base's outputs) train
-    frozen = params
+    frozen = quant.quantize_base(params) if lora.base_quant else params
     params = lora_lib.init_adapters(model_config, lora, jax.random.fold_in(init_rng, 1))
   return TrainState(step=jax.numpy.zeros((), jax.numpy.int32), params=params,
                     opt_state=optimizer.init(params), rng=state_rng, frozen=frozen)
@@ -111,8 +120,9 @@ def create_train_state(model_config, optimizer, mesh, rules, rng, params=None,
 
 
 def model_params(state: TrainState, lora=None):
-  """The policy's full params: `state.params`, or with adapters the base with
-  them merged in (a new copy; for sampling, evaluation and export)."""
+  """The policy's full params: `state.params`, or with adapters the base (an
+  int8 one dequantized) with them merged in (a new copy; for sampling,
+  evaluation and export)."""
   if state.frozen is None:
     return state.params
   return _merged(state.frozen, state.params, lora)
@@ -120,7 +130,11 @@ def model_params(state: TrainState, lora=None):
 
 @jax.jit
 def _merged_jit(frozen, adapters, scale):
-  return lora_lib.merge_scaled(frozen, adapters, scale)
+  return lora_lib.merge_scaled(quant.base_params(frozen), adapters, scale)
+
+
+base_params = jax.jit(quant.base_params)  # a LoRA state's base as float params (for the
+                                          # reference and a separate critic's trunk)
 
 
 def _merged(frozen, adapters, lora):

@@ -119,3 +119,15 @@ def test_rl_with_lora_dropout_is_refused_before_the_run(tokenizer_path, tmp_path
   config.rl.lora.dropout = 0.05
   with pytest.raises(ValueError, match="rl.lora.dropout must be 0 in RL"):
     rl_trainer.train(config, str(tmp_path))
+
+
+def test_grpo_on_an_int8_base_trains_adapters_and_keeps_the_base_int8(tokenizer_path, tmp_path):
+  config = _rl_config(tokenizer_path)
+  config.rl.lora.base_quant = "int8"
+  config.rl.grpo.kl_coef = 0.1
+  result = rl_trainer.train(config, str(tmp_path))
+  _assert_adapters_trained_base_frozen(result, lora_lib.LoraConfig(**LORA, base_quant="int8"))
+  assert result["state"].frozen["params"]["blocks"]["mlp"]["up"].dtype == np.int8
+  kl = [m["kl"] for m in read_metrics(str(tmp_path))]
+  # the reference is the dequantized base, the first policy the int8 base with B = 0
+  assert abs(kl[0]) < 1e-6 and kl[1] > 1e-5, kl
