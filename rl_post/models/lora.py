@@ -193,7 +193,7 @@ class Adapters:
       y_MxN = dot_acc32(x_MxK, w_KxN)
     else:
       scale_N = jax.lax.stop_gradient(self.scales[module][target]).reshape(-1)
-      y_MxN = (dot_acc32(x_MxK, w_KxN, jnp.float32) * scale_N).astype(x_MxK.dtype)
+      y_MxN = (dot_acc32(x_MxK, w_KxN, jnp.float32) * scale_N[None]).astype(x_MxK.dtype)
     adapter = self.weights.get(module, {}).get(target)
     if adapter is None:
       return y_MxN

@@ -34,7 +34,7 @@ def quantize_KxN(w_KxN):
   w = w_KxN.astype(jnp.float32)
   scale_N = jnp.max(jnp.abs(w), axis=0) / QMAX
   scale_N = jnp.where(scale_N > 0, scale_N, 1.0)
-  q = jnp.clip(jnp.round(w / scale_N), -QMAX, QMAX).astype(jnp.int8)
+  q = jnp.clip(jnp.round(w / scale_N[None]), -QMAX, QMAX).astype(jnp.int8)
   return q, scale_N
 
 

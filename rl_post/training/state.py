@@ -113,7 +113,10 @@ def create_train_state(model_config, optimizer, mesh, rules, rng, params=None,
   """
   shardings = state_shardings(model_config, optimizer, mesh, rules, lora)
   if params is not None:
-    params = jax.device_put(params, shardings.frozen if _lora_on(lora) else shardings.params)
+    target = shardings.params
+    if _lora_on(lora):
+      target = shardings.frozen["params"] if lora.base_quant else shardings.frozen
+    params = jax.device_put(params, target)
   init = jax.jit(lambda r, p: _fresh_state(model_config, optimizer, r, p, lora),
                  out_shardings=shardings)
   return init(rng, params)

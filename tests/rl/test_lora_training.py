@@ -1,5 +1,6 @@
 """LoRA in the trainers: only adapters train, the base and the KL reference stay
-the base, exports, and exact resume (tiny models, a few steps each)."""
+the base, exports, and exact resume (GRPO; SFT saves the same TrainState through
+the same manager), on tiny models for a few steps each."""
 
 import jax
 import numpy as np
@@ -83,14 +84,13 @@ def test_ppo_with_lora_trains_adapters_and_its_critic(tokenizer_path, tmp_path):
   assert np.abs(np.asarray(result["state"].critic["head"]["w"])).max() > 0
 
 
-def test_sft_with_lora_trains_adapters_exports_merged_and_peft_and_resumes(
-    tokenizer_path, tmp_path):
+def test_sft_with_lora_trains_adapters_and_exports_merged_and_peft(tokenizer_path, tmp_path):
   c = sft_arithmetic.get_config("tiny")
   c.tokenizer.path = tokenizer_path
-  c.sft.update(num_steps=2, batch_size=4, checkpoint_every=1,
+  c.sft.update(num_steps=2, batch_size=4, checkpoint_every=2,
                lora=dict(rank=4, alpha=8.0, dropout=0.1, targets=("q_proj", "v_proj", "down")))
   c.optimizer.update(learning_rate=3e-2, warmup_steps=0, total_steps=2)
-  straight = sft_trainer.train(c, str(tmp_path / "straight"))
+  straight = sft_trainer.train(c, str(tmp_path))
   lora = lora_lib.LoraConfig(rank=4, alpha=8.0, dropout=0.1, targets=("q_proj", "v_proj", "down"))
   _assert_adapters_trained_base_frozen(straight, lora)
   state, ctx = straight["state"], straight["context"]
@@ -104,14 +104,6 @@ def test_sft_with_lora_trains_adapters_exports_merged_and_peft_and_resumes(
                                             ctx.model_config)
   assert loaded_lora.targets == lora.targets and loaded_lora.scale == lora.scale
   jax.tree.map(np.testing.assert_array_equal, adapters, jax.tree.map(np.asarray, state.params))
-
-  c.sft.num_steps = 1
-  sft_trainer.train(c, str(tmp_path / "resumed"))
-  c.sft.num_steps = 2
-  resumed = sft_trainer.train(c, str(tmp_path / "resumed"))
-  for field in ("params", "opt_state", "frozen", "rng"):
-    get = lambda s: jax.random.key_data(s.rng) if field == "rng" else getattr(s, field)
-    assert _equal(get(straight["state"]), get(resumed["state"])), field
 
 
 def test_rl_with_lora_dropout_is_refused_before_the_run(tokenizer_path, tmp_path):
