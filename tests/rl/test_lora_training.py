@@ -10,6 +10,7 @@ import pytest
 from configs import grpo_arithmetic, sft_arithmetic
 from rl_fixtures import DIGIT_DOMAIN
 from rl_post.checkpoint.params import load_params
+from rl_post.evaluate import checkpoint_eval
 from rl_post.metrics.writers import read_metrics
 from rl_post.models import lora as lora_lib
 from rl_post.models import peft
@@ -18,6 +19,10 @@ from rl_post.sft import trainer as sft_trainer
 from rl_post.training import state as state_lib
 
 LORA = dict(rank=4, alpha=8.0)
+
+
+def config_lora(**extra):
+  return lora_lib.LoraConfig(**LORA, **extra)
 
 
 def _rl_config(tokenizer_path, algorithm="grpo", **rl):
@@ -75,6 +80,12 @@ def test_grpo_with_lora_trains_adapters_against_the_base_and_resumes_exactly(
     np.testing.assert_allclose([m[key] for m in b], [m[key] for m in a], rtol=1e-6, err_msg=key)
   for field in ("params", "opt_state", "frozen"):
     assert _equal(getattr(straight["state"], field), getattr(resumed["state"], field)), field
+  # evaluating the workdir restores the LoRA state and evaluates the merged policy
+  ctx = straight["context"]
+  loaded = checkpoint_eval.load_checkpoint(str(tmp_path / "straight"), config, ctx.tokenizer,
+                                           ctx.mesh, ctx.rules)
+  assert loaded.step == 2
+  assert _equal(loaded.params, state_lib.model_params(straight["state"], config_lora()))
 
 
 def test_ppo_with_lora_trains_adapters_and_its_critic(tokenizer_path, tmp_path):
