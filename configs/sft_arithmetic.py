@@ -7,12 +7,14 @@
 """
 
 from configs import base
+from rl_post.models.lora import LoraConfig
 
 
 def get_config(variant: str = ""):
   c = base.get_base()
   c.sft = dict(num_steps=600, batch_size=64, max_len=96, checkpoint_every=100,
-               packing=False, pack_row_multiple=4)
+               packing=False, pack_row_multiple=4,
+               lora=LoraConfig.section_defaults())  # rank 0: off (docs/models.md, LoRA)
   c.optimizer = dict(learning_rate=3e-3, schedule="cosine", warmup_steps=50, total_steps=600,
                      weight_decay=0.0, grad_clip_norm=1.0, state_dtype="float32")
   if variant == "tiny":

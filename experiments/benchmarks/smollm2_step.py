@@ -45,12 +45,19 @@ STEP_KEYS = {"rollout_s": "time/rollout_s", "rollout_tok_s": "throughput/rollout
 
 def run_setting(new_tokens: int, grad_accum: int, steps: int, smoke: bool, workdir: str) -> dict:
   """One child training run; its per-step rows, setup time and peak RSS."""
+  flags = [] if smoke else [f"--config.rl.max_new_tokens={new_tokens}",
+                            f"--config.rl.grad_accum={grad_accum}"]
+  return dict(run_child(flags, steps, smoke, workdir), new_tokens=new_tokens,
+              grad_accum=None if smoke else grad_accum)
+
+
+def run_child(flags: list[str], steps: int, smoke: bool, workdir: str) -> dict:
+  """`train_rl.py` with `flags` in a child process: per-step rows, setup time,
+  process wall-clock and peak RSS (also used by lora_step.py)."""
   config = CONFIG + (":tiny" if smoke else "")
   cmd = [sys.executable, "experiments/train_rl.py", f"--config={config}",
          f"--workdir={workdir}", f"--config.rl.num_steps={steps}",
-         "--config.tasks.heldout_size=0", f"--config.rl.checkpoint_every={steps}"]
-  if not smoke:
-    cmd += [f"--config.rl.max_new_tokens={new_tokens}", f"--config.rl.grad_accum={grad_accum}"]
+         "--config.tasks.heldout_size=0", f"--config.rl.checkpoint_every={steps}"] + flags
   env = dict(os.environ, PYTHONPATH=ROOT)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)  # every program compiles: a cold start
   env["RL_POST_COMPILE_CACHE"] = ""  # no persistent cache (rl_post.training.compile_cache)
@@ -71,8 +78,7 @@ def run_setting(new_tokens: int, grad_accum: int, steps: int, smoke: bool, workd
                                             for k, key in STEP_KEYS.items()}))
         if "time/setup_s" in m:
           setup_s = m["time/setup_s"]
-  return dict(new_tokens=new_tokens, grad_accum=None if smoke else grad_accum, steps=rows,
-              setup_s=setup_s, wall_s=wall_s,
+  return dict(steps=rows, setup_s=setup_s, wall_s=wall_s,
               peak_rss_gib=usage.ru_maxrss * 1024 / 2**30)
 
 

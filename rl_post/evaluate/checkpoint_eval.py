@@ -43,6 +43,7 @@ from rl_post.data.mixture import TaskConfig
 from rl_post.errors import ConfigError, MissingInputError
 from rl_post.eval import completion, report, stats
 from rl_post.models import ModelConfig, pretrained
+from rl_post.models.lora import LoraConfig
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
 from rl_post.rewards.pool import RewardPool
@@ -149,18 +150,27 @@ def _blamed_on_workdir_config(path: str):
                             f"was trained with) that is not valid: {detail}") from e
 
 
-def _abstract_train_state(stored, model_config, mesh, rules):
+def _stored_lora(stored, extra: dict) -> LoraConfig | None:
+  """The LoRA section a workdir's run trained with: `rl.lora` for an RL run's
+  checkpoints (extra has "rl_step"), else `sft.lora`; None when off."""
+  section = (stored.get("rl") or {}) if "rl_step" in extra else (stored.get("sft") or {})
+  lora = from_section(LoraConfig, section.get("lora"), "lora")
+  return lora if lora.enabled else None
+
+
+def _abstract_train_state(stored, model_config, mesh, rules, lora=None):
   """The restore target of a workdir's steps: the TrainState its trainer saved, with
-  the critic and its optimizer state when its RL algorithm has one (PPO)."""
+  the critic and its optimizer state when its RL algorithm has one (PPO), and with
+  `lora` the adapters, their optimizer state and the frozen base."""
   opt = from_section(OptimizerConfig, stored.get("optimizer"), "optimizer")
   optimizer = make_optimizer(opt)
-  abstract = state_lib.abstract_state(model_config, optimizer, mesh, rules)
+  abstract = state_lib.abstract_state(model_config, optimizer, mesh, rules, lora)
   rl = rl_config.load(stored.get("rl"))
   if not rl.uses_critic:
     return abstract
   critic_optimizer = critic_lib.make_critic_optimizer(opt, rl.algo.critic_learning_rate)
   shardings = critic_lib.with_critic_shardings(
-      state_lib.state_shardings(model_config, optimizer, mesh, rules), rl.algo.critic,
+      state_lib.state_shardings(model_config, optimizer, mesh, rules, lora), rl.algo.critic,
       model_config, critic_optimizer, mesh, rules)
   return critic_lib.with_abstract_critic(abstract, shardings, rl.algo.critic, model_config,
                                          critic_optimizer)
@@ -194,9 +204,11 @@ def _training_workdir(path, config, tokenizer, mesh, rules) -> Loaded:
   stored = _stored_config(path)
   with _blamed_on_workdir_config(path):
     model_config = model_config_from(stored, tokenizer)
-    abstract = _abstract_train_state(stored, model_config, mesh, rules)
   with CheckpointManager(os.path.join(path, "checkpoints")) as manager:
     newest_extra = manager.read_extra() or {}
+  with _blamed_on_workdir_config(path):
+    lora = _stored_lora(stored, newest_extra)
+    abstract = _abstract_train_state(stored, model_config, mesh, rules, lora)
   # before the restore: another tokenizer's size would fail it as a shape mismatch
   tokenizer_fingerprint.check(newest_extra.get("tokenizer"), tokenizer, "--checkpoint", path,
                               config.tokenizer.path)
@@ -205,7 +217,7 @@ def _training_workdir(path, config, tokenizer, mesh, rules) -> Loaded:
                               config.tokenizer.path)
   newer = f" (newer steps {[s['step'] for s in skipped]} cannot be read)" if skipped else ""
   logging.info("evaluating checkpoint step %d of %s%s", step, path, newer)
-  return Loaded(model_config, state.params, step, skipped)
+  return Loaded(model_config, state_lib.model_params(state, lora), step, skipped)
 
 
 def _pretrained(path, config, tokenizer, mesh, rules) -> Loaded:

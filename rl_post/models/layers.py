@@ -98,12 +98,20 @@ class MLP(nnx.Module):
     self.up = _param(rngs, _init.lecun_normal(), (e, f), pd, ("embed", "mlp"))
     self.down = _param(rngs, _init.lecun_normal(), (f, e), pd, ("mlp", "embed"))
 
-  def __call__(self, x_BxTxE):
+  def __call__(self, x_BxTxE, lora=None):
+    """`lora`: optional per-layer `rl_post.models.lora.Adapters` (frozen weights,
+    adapters added at each matmul; plain autodiff instead of `swiglu_MxE`'s
+    hand-written backward, which would compute the frozen weights' gradients)."""
     dt = self.dtype
     # [B*T, E] rows: XLA:CPU runs the backward of 2-D matmuls much faster than 3-D einsums
     x_MxE = x_BxTxE.reshape(-1, x_BxTxE.shape[-1])
     weights = (self.gate[...].astype(dt), self.up[...].astype(dt), self.down[...].astype(dt))
-    return swiglu_MxE(x_MxE, *weights).reshape(x_BxTxE.shape)
+    if lora is None:
+      return swiglu_MxE(x_MxE, *weights).reshape(x_BxTxE.shape)
+    gate_MxF = lora.dense("mlp", "gate", x_MxE, weights[0])
+    up_MxF = lora.dense("mlp", "up", x_MxE, weights[1])
+    out_MxE = lora.dense("mlp", "down", jax.nn.silu(gate_MxF) * up_MxF, weights[2])
+    return out_MxE.reshape(x_BxTxE.shape)
 
 
 class Attention(nnx.Module):
@@ -130,26 +138,30 @@ class Attention(nnx.Module):
     else:
       self.q_bias = self.k_bias = self.v_bias = None
 
-  def _qkv(self, x_BxTxE, positions_BxT):
+  def _qkv(self, x_BxTxE, positions_BxT, lora=None):
     """Queries and keys with RoPE at `positions_BxT`, and values."""
     inv_freq = rope.inverse_frequencies(*self.rope_args)
-    q = rope.apply_rope(self._project(x_BxTxE, self.q_proj, self.q_bias),
+    q = rope.apply_rope(self._project(x_BxTxE, self.q_proj, self.q_bias, lora, "q_proj"),
                         positions_BxT, inv_freq)
-    k = rope.apply_rope(self._project(x_BxTxE, self.k_proj, self.k_bias),
+    k = rope.apply_rope(self._project(x_BxTxE, self.k_proj, self.k_bias, lora, "k_proj"),
                         positions_BxT, inv_freq)
-    return q, k, self._project(x_BxTxE, self.v_proj, self.v_bias)
+    return q, k, self._project(x_BxTxE, self.v_proj, self.v_bias, lora, "v_proj")
 
-  def _project(self, x_BxTxE, kernel, bias):
+  def _project(self, x_BxTxE, kernel, bias, lora=None, target=""):
     b, t, e = x_BxTxE.shape
     _, h, d = kernel.shape
-    out = dense_MxN(x_BxTxE.reshape(b * t, e), kernel[...].astype(self.dtype).reshape(e, h * d))
+    kernel_ExHD = kernel[...].astype(self.dtype).reshape(e, h * d)
+    if lora is None:
+      out = dense_MxN(x_BxTxE.reshape(b * t, e), kernel_ExHD)
+    else:
+      out = lora.dense("attn", target, x_BxTxE.reshape(b * t, e), kernel_ExHD)
     out = out.reshape(b, t, h, d)
     if bias is not None:
       out = out + bias[...].astype(self.dtype)[None, None]
     return out
 
   def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None,
-               context_mesh=None, cache_extend=False):
+               context_mesh=None, cache_extend=False, lora=None):
     """Self-attention over x; with `cache`, also reads/writes the KV cache.
 
     Args:
@@ -164,10 +176,11 @@ class Attention(nnx.Module):
       cache_extend: with a cache and T > 1, the chunk is written at slots
         positions_BxT and each query attends to every cache slot <= its
         position (earlier slots included): a prefill onto an existing cache.
+      lora: optional per-layer `rl_post.models.lora.Adapters` on the projections.
     Returns:
       (out_BxTxE, new_cache or None).
     """
-    q, k, v = self._qkv(x_BxTxE, positions_BxT)
+    q, k, v = self._qkv(x_BxTxE, positions_BxT, lora)
     new_cache = None
     if cache is not None:
       new_cache = kv_cache.write(cache, k, v, positions_BxT, self.cache_layout)
@@ -188,17 +201,19 @@ class Attention(nnx.Module):
     else:
       out = attention_kernels.flash_attention(
           q, k, v, causal=True, segment_ids=segment_ids_BxT, impl=self.impl)
-    return self._output(out), new_cache
+    return self._output(out, lora), new_cache
 
-  def _output(self, out_BxTxHxD):
+  def _output(self, out_BxTxHxD, lora=None):
     # (heads, head_dim) flattened on both sides: one plain 2-D matmul, so XLA
     # never transposes o_proj (it did, on every decode step).
     b, t, h, d = out_BxTxHxD.shape
     o_proj_HDxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
-    return dense_MxN(out_BxTxHxD.astype(self.dtype).reshape(b * t, h * d),
-                     o_proj_HDxE).reshape(b, t, -1)
+    out_MxHD = out_BxTxHxD.astype(self.dtype).reshape(b * t, h * d)
+    if lora is not None:
+      return lora.dense("attn", "o_proj", out_MxHD, o_proj_HDxE).reshape(b, t, -1)
+    return dense_MxN(out_MxHD, o_proj_HDxE).reshape(b, t, -1)
 
-  def shared_prefix(self, xp_PxLxE, xs_NxSxE, group_size: int):
+  def shared_prefix(self, xp_PxLxE, xs_NxSxE, group_size: int, lora=None):
     """Causal self-attention of N = P * G rows whose first L tokens repeat in
     each group of G consecutive rows, given the prefix once per group.
 
@@ -211,14 +226,14 @@ class Attention(nnx.Module):
       return jnp.broadcast_to(start + jnp.arange(x_BxTxE.shape[1], dtype=jnp.int32),
                               x_BxTxE.shape[:2])
 
-    qp, kp, vp = self._qkv(xp_PxLxE, positions(xp_PxLxE, 0))
-    qs, ks, vs = self._qkv(xs_NxSxE, positions(xs_NxSxE, xp_PxLxE.shape[1]))
+    qp, kp, vp = self._qkv(xp_PxLxE, positions(xp_PxLxE, 0), lora)
+    qs, ks, vs = self._qkv(xs_NxSxE, positions(xs_NxSxE, xp_PxLxE.shape[1]), lora)
     out_p = attention_kernels.flash_attention(qp, kp, vp, causal=True, impl=self.impl)
     whole = lambda prefix, own: jnp.concatenate([jnp.repeat(prefix, group_size, axis=0), own], 1)
     # queries are aligned to the end of the keys: suffix position L + i sees keys <= L + i
     out_s = attention_kernels.flash_attention(qs, whole(kp, ks), whole(vp, vs), causal=True,
                                               impl=self.impl)
-    return self._output(out_p), self._output(out_s)
+    return self._output(out_p, lora), self._output(out_s, lora)
 
 
 def cached_chunk_attention(q_BxTxHxD, k_BxSxKxD, v_BxSxKxD, positions_BxT):
@@ -250,24 +265,25 @@ class Block(nnx.Module):
     self.mlp = MLP(config, rngs=rngs)
 
   def __call__(self, x_BxTxE, positions_BxT, *, segment_ids_BxT=None, cache=None,
-               context_mesh=None, cache_extend=False):
+               context_mesh=None, cache_extend=False, lora=None):
     # the residual stream, and so what each layer keeps for backward, is split over `batch`
     # (with fsdp the partitioner would otherwise follow the params and split it over `embed`)
     x_BxTxE = sharding.constrain_batch(x_BxTxE)
     attn_out, new_cache = self.attn(self.attn_norm(x_BxTxE), positions_BxT,
                                     segment_ids_BxT=segment_ids_BxT, cache=cache,
-                                    context_mesh=context_mesh, cache_extend=cache_extend)
+                                    context_mesh=context_mesh, cache_extend=cache_extend,
+                                    lora=lora)
     x_BxTxE = sharding.constrain_batch(x_BxTxE + attn_out)
-    x_BxTxE = x_BxTxE + self.mlp(self.mlp_norm(x_BxTxE))
+    x_BxTxE = x_BxTxE + self.mlp(self.mlp_norm(x_BxTxE), lora)
     return sharding.constrain_batch(x_BxTxE), new_cache
 
-  def shared_prefix(self, xp_PxLxE, xs_NxSxE, group_size: int):
+  def shared_prefix(self, xp_PxLxE, xs_NxSxE, group_size: int, lora=None):
     """The block over N = P * G rows that share their first L tokens per group
     of G, the prefix computed once per group (`Attention.shared_prefix`)."""
     xp_PxLxE, xs_NxSxE = sharding.constrain_batch(xp_PxLxE), sharding.constrain_batch(xs_NxSxE)
     ap, as_ = self.attn.shared_prefix(self.attn_norm(xp_PxLxE), self.attn_norm(xs_NxSxE),
-                                      group_size)
+                                      group_size, lora)
     xp_PxLxE, xs_NxSxE = xp_PxLxE + ap, xs_NxSxE + as_
-    xp_PxLxE = xp_PxLxE + self.mlp(self.mlp_norm(xp_PxLxE))
-    xs_NxSxE = xs_NxSxE + self.mlp(self.mlp_norm(xs_NxSxE))
+    xp_PxLxE = xp_PxLxE + self.mlp(self.mlp_norm(xp_PxLxE), lora)
+    xs_NxSxE = xs_NxSxE + self.mlp(self.mlp_norm(xs_NxSxE), lora)
     return sharding.constrain_batch(xp_PxLxE), sharding.constrain_batch(xs_NxSxE)

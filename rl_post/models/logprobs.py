@@ -51,7 +51,7 @@ def _remat(fn, policy: str):
 
 def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", context_mesh=None,
                   shared_prefix: tuple[int, int] | None = None, unroll: int = 1,
-                  positions_BxT=None, segment_ids_BxT=None):
+                  positions_BxT=None, segment_ids_BxT=None, lora=None):
   """Final-norm hidden states h_BxTxE (model dtype): the model minus its output layer.
 
   Same computation as `models.apply` up to the logits, with each layer of
@@ -62,13 +62,14 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
   per group instead of once per row (`shared_prefix_hidden_states`).
   `positions_BxT` and `segment_ids_BxT` (packed sequences, as in
   `transformer.apply`) default to 0..T-1 and one sequence per row.
+  `lora`: optional stacked `rl_post.models.lora.Adapters` over frozen `params`.
   """
   if shared_prefix is not None:
     if context_mesh is not None or segment_ids_BxT is not None or positions_BxT is not None:
       raise ValueError("shared_prefix combines with neither context parallelism nor packed "
                        "positions and segments")
     return shared_prefix_hidden_states(model_config, params, tokens_BxT, *shared_prefix,
-                                       remat=remat, unroll=unroll)
+                                       remat=remat, unroll=unroll, lora=lora)
   model = nnx.merge(transformer.graphdef(model_config), params)
   if positions_BxT is None:
     positions_BxT = transformer.default_positions(tokens_BxT)
@@ -82,12 +83,13 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
   x_BxTxE = model.embed(tokens_BxT)
   block_graphdef, block_state = nnx.split(model.blocks)
 
-  def layer(x, layer_state):
+  def layer(x, layer_inputs):
+    layer_state, layer_lora = layer_inputs
     block = nnx.merge(block_graphdef, layer_state)
     return block(x, positions_BxT, segment_ids_BxT=segment_ids_BxT,
-                 context_mesh=context_mesh)[0], None
+                 context_mesh=context_mesh, lora=layer_lora)[0], None
 
-  x_BxTxE, _ = jax.lax.scan(_remat(layer, remat), x_BxTxE, block_state, unroll=unroll)
+  x_BxTxE, _ = jax.lax.scan(_remat(layer, remat), x_BxTxE, (block_state, lora), unroll=unroll)
   x_BxTxE = model.final_norm(x_BxTxE)
   if perm is not None:
     x_BxTxE = x_BxTxE[:, ring_attention.inverse_permutation(perm)]
@@ -95,7 +97,8 @@ def hidden_states(model_config, params, tokens_BxT, *, remat: str = "none", cont
 
 
 def shared_prefix_hidden_states(model_config, params, tokens_NxT, prefix_len: int,
-                                group_size: int, *, remat: str = "none", unroll: int = 1):
+                                group_size: int, *, remat: str = "none", unroll: int = 1,
+                                lora=None):
   """`hidden_states` of N = P * G rows whose first `prefix_len` tokens are the
   same within each group of `group_size` consecutive rows (not checked here:
   `rl_post.rl.train_step.check_shared_prefix` checks a batch on the host).
@@ -115,12 +118,13 @@ def shared_prefix_hidden_states(model_config, params, tokens_NxT, prefix_len: in
   xs_NxSxE = model.embed(tokens_NxT[:, prefix_len:])
   block_graphdef, block_state = nnx.split(model.blocks)
 
-  def layer(carry, layer_state):
+  def layer(carry, layer_inputs):
+    layer_state, layer_lora = layer_inputs
     block = nnx.merge(block_graphdef, layer_state)
-    return block.shared_prefix(*carry, group_size), None
+    return block.shared_prefix(*carry, group_size, layer_lora), None
 
   (xp_PxLxE, xs_NxSxE), _ = jax.lax.scan(_remat(layer, remat), (xp_PxLxE, xs_NxSxE),
-                                         block_state, unroll=unroll)
+                                         (block_state, lora), unroll=unroll)
   h_PxLxE = model.final_norm(xp_PxLxE)
   return jnp.concatenate([jnp.repeat(h_PxLxE, group_size, axis=0),
                           model.final_norm(xs_NxSxE)], axis=1)

@@ -43,7 +43,7 @@ class Transformer(nnx.Module):
           logical_axes=("embed", "vocab"))
 
   def __call__(self, tokens_BxT, positions_BxT, *, segment_ids_BxT=None, cache=None,
-               context_mesh=None):
+               context_mesh=None, lora=None):
     if context_mesh is not None:
       # Lay tokens out once in the load-balanced ring order; undo it on the logits.
       perm = ring_attention.layout_permutation(self.config.context_layout, tokens_BxT.shape[1],
@@ -55,12 +55,12 @@ class Transformer(nnx.Module):
     block_graphdef, block_state = nnx.split(self.blocks)
 
     def layer(x, layer_inputs):
-      layer_state, layer_cache = layer_inputs
+      layer_state, layer_cache, layer_lora = layer_inputs
       block = nnx.merge(block_graphdef, layer_state)
       return block(x, positions_BxT, segment_ids_BxT=segment_ids_BxT, cache=layer_cache,
-                   context_mesh=context_mesh)
+                   context_mesh=context_mesh, lora=layer_lora)
 
-    x_BxTxE, new_cache = jax.lax.scan(layer, x_BxTxE, (block_state, cache))
+    x_BxTxE, new_cache = jax.lax.scan(layer, x_BxTxE, (block_state, cache, lora))
     logits = self.logits(x_BxTxE)
     if context_mesh is not None:
       logits = logits[:, ring_attention.inverse_permutation(perm)]
@@ -112,7 +112,7 @@ def default_positions(tokens_BxT):
 
 
 def apply(config: ModelConfig, params, tokens_BxT, *, positions=None, segment_ids=None,
-          context_mesh=None):
+          context_mesh=None, lora=None):
   """Pure forward pass: logits_BxTxV (float32).
 
   Args:
@@ -124,11 +124,14 @@ def apply(config: ModelConfig, params, tokens_BxT, *, positions=None, segment_id
     context_mesh: optional mesh whose `context` axis (> 1) splits the
       sequence: attention becomes ring attention; inputs and logits stay in
       natural token order (see `rl_post.parallel.mesh.context_mesh`).
+    lora: optional stacked `rl_post.models.lora.Adapters` (`lora.for_model`):
+      `params` are then the frozen base and the adapters' update is added at
+      every targeted matmul.
   """
   positions = default_positions(tokens_BxT) if positions is None else positions
   model = nnx.merge(graphdef(config), params)
   logits, _ = model(tokens_BxT, positions, segment_ids_BxT=segment_ids,
-                    context_mesh=context_mesh)
+                    context_mesh=context_mesh, lora=lora)
   return logits
 
 

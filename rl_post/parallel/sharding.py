@@ -1,10 +1,11 @@
 """Logical-axis sharding: one rules table maps logical names to mesh axes.
 
 Parameters carry logical axis names (`embed`, `mlp`, `heads`, `kv_heads`,
-`head_dim`, `vocab`, `layers`); activations use `batch` and `length`, KV
-caches `cache_batch`, `cache_length`, `cache_kv_heads`, `head_dim`. The
-rules table, a sequence of `(logical_name, mesh_axis | tuple | None)`, lives
-in the config and is the only place that decides how anything is split.
+`head_dim`, `vocab`, `layers`; LoRA adapters add `lora_rank`); activations
+use `batch` and `length`, KV caches `cache_batch`, `cache_length`,
+`cache_kv_heads`, `head_dim`. The rules table, a sequence of
+`(logical_name, mesh_axis | tuple | None)`, lives in the config and is the
+only place that decides how anything is split.
 
 Activations: the model pins its residual stream to the `batch` rule with
 `constrain_batch` (a `with_sharding_constraint` against the mesh in context,
@@ -33,6 +34,7 @@ DEFAULT_RULES = (
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
     ("head_dim", None),
+    ("lora_rank", None),  # LoRA adapters' rank r (rl_post/models/lora.py): small, replicated
     ("cache_batch", ("data", "fsdp")),
     ("cache_length", None),
     ("cache_kv_heads", "tensor"),

@@ -97,7 +97,7 @@ class RLComponents:
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,
-                                                     rules)
+                                                     rules, rl.lora)
     self.critic_optimizer = None
     if rl.uses_critic:  # the algorithm's extra state: critic params and their optimizer
       self.critic_optimizer = critic_lib.make_critic_optimizer(self.opt,
@@ -148,11 +148,26 @@ class RLComponents:
   def abstract_state(self):
     """The checkpoint restore target (with the critic when the algorithm has one)."""
     ctx = self.ctx
-    abstract = state_lib.abstract_state(ctx.model_config, self.optimizer, ctx.mesh, ctx.rules)
+    abstract = state_lib.abstract_state(ctx.model_config, self.optimizer, ctx.mesh, ctx.rules,
+                                        self.rl.lora)
     if self.critic_optimizer is None:
       return abstract
     return critic_lib.with_abstract_critic(abstract, self.state_shardings, self.rl.algo.critic,
                                            ctx.model_config, self.critic_optimizer)
+
+  def policy_params(self, state):
+    """The policy's full params, for sampling and evaluation: `state.params`, or
+    with LoRA the base with the adapters merged in (a copy, freed with the rollout)."""
+    return state_lib.model_params(state, self.rl.lora)
+
+  def reference_params(self, state, ref_params):
+    """The frozen reference's params: `ref_params` (a copy made at the start), or
+    with LoRA and `rl.ref_dtype` equal to the base's dtype the base itself, read
+    from the current state (the state is donated to every update)."""
+    if ref_params is None and state.frozen is not None and self.rl.needs_reference:
+      # an int8 base: a float copy per rollout, freed with it
+      return state_lib.base_params(state.frozen) if self.rl.lora.base_quant else state.frozen
+    return ref_params
 
   def shard(self, tree):
     """A host batch (the same on every process) as global [batch, ...] arrays."""

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 from rl_post.config_sections import check, from_section
+from rl_post.models.lora import LoraConfig
 from rl_post.rl import registry
 from rl_post.models.logprobs import REMAT_POLICIES
 
@@ -81,6 +82,10 @@ class RLConfig:
       for (a batch uses the largest <= its own); () = 8, 16, 24, 32, 48, 64,
       96, ... (rl/shape_buckets.py). Fewer rungs: fewer programs, less
       prefix run once per group.
+    lora: LoRA adapters (`rl_post.models.lora.LoraConfig`; rank 0 = off): when
+      on, only the adapters train and the optimizer holds only them; the
+      reference for the KL term is the base with adapters off (no copy);
+      dropout must be 0 (the update's log-probs must equal the sampler's).
     algo: the chosen algorithm's config (set by `load`, not a section field).
     process_credit: where the `process` reward component (the verifier's
       step scores, e.g. arithmetic's column checks, times its weight in
@@ -130,8 +135,13 @@ class RLConfig:
   prefix_buckets: tuple[int, ...] = ()
   process_credit: str = "sequence"
   width_multiple: int = 16
+  lora: LoraConfig = LoraConfig()
 
   def __post_init__(self):
+    if not isinstance(self.lora, LoraConfig):
+      object.__setattr__(self, "lora", from_section(LoraConfig, self.lora, "rl.lora"))
+    check(self.lora.dropout == 0, "lora.dropout", "must be 0 in RL (dropout would make the "
+          "update's log-probs differ from the sampler's)", self.lora.dropout)
     alg = registry.get(self.algorithm)
     check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
     check(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
@@ -225,6 +235,7 @@ class RLConfig:
 def section_defaults() -> dict:
   """The full `rl` section: run defaults plus one sub-section per algorithm."""
   run = {f.name: f.default for f in dataclasses.fields(RLConfig) if f.name != "algo"}
+  run["lora"] = LoraConfig.section_defaults()
   return dict(run, **registry.algorithm_defaults())
 
 

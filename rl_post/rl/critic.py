@@ -80,14 +80,16 @@ def with_critic_shardings(state_shardings, critic_kind: str, model_config, criti
 
 
 def attach_critic(state, critic_kind: str, model_config, critic_optimizer, shardings):
-  """`state` with a fresh critic (from its policy params) and critic optimizer state."""
+  """`state` with a fresh critic (from its policy params: with LoRA, the frozen base,
+  which the adapters equal at init) and critic optimizer state."""
 
   def init(params):
     critic = init_critic(critic_kind, model_config, params)
     return critic, critic_optimizer.init(critic)
 
   critic, opt_state = jax.jit(init, out_shardings=(shardings.critic,
-                                                   shardings.critic_opt_state))(state.params)
+                                                   shardings.critic_opt_state))(
+      state.params if state.frozen is None else state_lib.base_params(state.frozen))
   return state.replace(critic=critic, critic_opt_state=opt_state)
 
 

@@ -26,6 +26,7 @@ from rl_post.rl.config import RLConfig
 from rl_post.rl.critic import critic_values
 from rl_post.models.logprobs import chunked_token_logprobs, hidden_states, output_matrix_ExV
 from rl_post.models.logprobs import sequence_logprobs
+from rl_post.models import lora as lora_lib
 from rl_post.training import guard
 
 
@@ -99,11 +100,14 @@ def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int 
   alg, cfg = rl.entry, rl.algo
   shared = (prefix_len, rl.num_generations) if prefix_len else None
 
-  def loss_fn(params, critic, batch, totals):
+  def loss_fn(params, critic, batch, totals, frozen=None):
+    """`params` are what trains: the model's, or with LoRA the adapters over `frozen`."""
     tokens_NxT, mask_NxT = batch["tokens"], batch["mask"]
+    params, adapters = lora_lib.model_inputs(params, frozen, rl.lora, model_config.num_layers)
     h_NxTxE = hidden_states(model_config, params, tokens_NxT, remat=rl.remat,
                             context_mesh=context_mesh, shared_prefix=shared,
-                            unroll=min(rl.unroll_layers, model_config.num_layers))
+                            unroll=min(rl.unroll_layers, model_config.num_layers),
+                            lora=adapters)
     logp_NxT, entropy_NxT = chunked_token_logprobs(
         h_NxTxE, output_matrix_ExV(model_config, params), tokens_NxT, rl.temperature,
         rl.logprob_chunk, mask_NxT, remat=rl.logprob_remat)  # no logits for prompt-only chunks
@@ -158,8 +162,10 @@ def make_rl_train_step(model_config, rl: RLConfig, optimizer, critic_optimizer=N
   loss_fn = make_rl_loss(model_config, rl, context_mesh, prefix_len)
 
   def train_step(state, batch):
+    # with LoRA the frozen base rides along undifferentiated: no gradient of it exists
     loss, metrics, (grads, critic_grads) = accumulated_grads(
-        loss_fn, state.params, state.critic, batch, rl.grad_accum)
+        functools.partial(loss_fn, frozen=state.frozen), state.params, state.critic, batch,
+        rl.grad_accum)
     grad_norm = optax.tree.norm(grads)
     norms = [loss, grad_norm]
     if state.critic is not None:
@@ -203,12 +209,15 @@ def make_ref_logprobs(model_config, rl: RLConfig, context_mesh=None, prefix_len:
 
 
 def make_value_fn(model_config, rl: RLConfig, context_mesh=None):
-  """Pure `(params, critic, tokens_NxT) -> values_NxT` at sampling time."""
+  """Pure `(params, critic, tokens_NxT, frozen=None) -> values_NxT` at sampling time
+  (`frozen`: the base, with LoRA adapters as `params`)."""
 
-  def values(params, critic, tokens_NxT):
+  def values(params, critic, tokens_NxT, frozen=None):
     h_NxTxE = None
     if rl.algo.critic == "head":
-      h_NxTxE = hidden_states(model_config, params, tokens_NxT, context_mesh=context_mesh)
+      params, adapters = lora_lib.model_inputs(params, frozen, rl.lora, model_config.num_layers)
+      h_NxTxE = hidden_states(model_config, params, tokens_NxT, context_mesh=context_mesh,
+                              lora=adapters)
     return jax.lax.stop_gradient(critic_values(rl.algo.critic, model_config, critic, h_NxTxE,
                                                tokens_NxT, context_mesh=context_mesh))
 

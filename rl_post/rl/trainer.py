@@ -173,7 +173,7 @@ def _launch_round(c: RLComponents, params, ref_params, pool, timer, it: int, rnd
 def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
   """Critic values under the current policy, then waits for the rewards."""
   with timer("reward"):
-    values = (c.value_fn(state.params, state.critic, launched["tokens"])
+    values = (c.value_fn(state.params, state.critic, launched["tokens"], state.frozen)
               if c.rl.uses_critic else None)
     rewards = launched["pending"].result()
   ref_logp = launched["ref_logp"]
@@ -184,8 +184,9 @@ def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
 
 def _rollout_round(c: RLComponents, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
   """One round, launched and scored at once (the synchronous path)."""
-  return _finish_round(c, state, _launch_round(c, state.params, ref_params, pool, timer, it,
-                                               rnd), timer)
+  return _finish_round(c, state, _launch_round(c, c.policy_params(state),
+                                               c.reference_params(state, ref_params), pool,
+                                               timer, it, rnd), timer)
 
 
 def _update_mixture(c: RLComponents, scored: dict) -> dict:
@@ -247,7 +248,8 @@ def train(config, workdir: str) -> dict:
 
   def fresh_state():
     state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
-                                         ctx.key("init"), params=_initial_params(ctx, rl))
+                                         ctx.key("init"), params=_initial_params(ctx, rl),
+                                         lora=rl.lora)
     if c.critic_optimizer is None:
       return state
     return critic_lib.attach_critic(state, rl.algo.critic, ctx.model_config, c.critic_optimizer,
@@ -256,9 +258,12 @@ def train(config, workdir: str) -> dict:
   state = fresh_state()
   initial_mixture = c.mixture.state_dict()
   ref_params = None
-  if rl.needs_reference:  # frozen copy of the starting policy, optionally in bf16
+  # frozen copy of the starting policy, optionally in bf16; with LoRA the base itself
+  # unless it must be cast (c.reference_params)
+  if rl.needs_reference and (state.frozen is None
+                             or ctx.model_config.param_dtype != rl.ref_dtype):
     ref_params = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(rl.ref_dtype), p))(
-        state.params)
+        state.params if state.frozen is None else state_lib.base_params(state.frozen))
   fault_log = FaultLog(workdir)
   injector = FaultInjector(c.faults, fault_log)
   guard = NonFiniteGuard(c.guard, fault_log)
@@ -328,7 +333,8 @@ def train(config, workdir: str) -> dict:
           lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
     # batches up to it + staleness launched with the current policy (async_rewards.py)
     entry, filter_metrics = pipeline.next(
-        it, lambda j: _launch_round(c, state.params, ref_params, pool, timer, j, 0))
+        it, lambda j: _launch_round(c, c.policy_params(state),
+                                    c.reference_params(state, ref_params), pool, timer, j, 0))
     picked = _finish_round(c, state, entry.payload, timer)
     return picked, picked, filter_metrics
 
@@ -424,7 +430,7 @@ def train(config, workdir: str) -> dict:
     metrics.update(progress.update(done, now=step["end"]))
     if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
       eval_start, (_, eval_built) = time.perf_counter(), compile_clock.peek()
-      evaluated = _evaluate_heldout(c, state.params, done, pool)
+      evaluated = _evaluate_heldout(c, c.policy_params(state), done, pool)
       if evaluated:  # its time, reported with the step it follows
         metrics.update(evaluated)
         metrics["time/eval_s"] = time.perf_counter() - eval_start

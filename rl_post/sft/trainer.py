@@ -32,6 +32,9 @@ from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import process_data
 from rl_post.parallel import sharding
+from rl_post.models import lora as lora_lib
+from rl_post.models import peft
+from rl_post.models.lora import LoraConfig
 from rl_post.models.logprobs import (REMAT_POLICIES, chunked_token_stats, hidden_states,
                                      output_matrix_ExV, token_logprobs_from_logits)
 from rl_post.training import state as state_lib
@@ -73,6 +76,9 @@ class SFTConfig:
       does not set the step's peak memory. Same loss and gradients.
     remat: rematerialisation policy of the layers on the chunked path ("none",
       "full" or "dots", as `rl.remat`).
+    lora: LoRA adapters (`rl_post.models.lora.LoraConfig`; rank 0 = off): only
+      they train; the export holds the merged model, and `export/adapter` the
+      adapters alone in the PEFT layout (`rl_post.models.peft`).
   """
   num_steps: int = 500
   batch_size: int = 64
@@ -83,8 +89,11 @@ class SFTConfig:
   dataset: str = ""
   logprob_chunk: int = 0
   remat: str = "none"
+  lora: LoraConfig = LoraConfig()
 
   def __post_init__(self):
+    if not isinstance(self.lora, LoraConfig):
+      object.__setattr__(self, "lora", from_section(LoraConfig, self.lora, "sft.lora"))
     check(self.num_steps >= 0, "num_steps", "must be >= 0", self.num_steps)
     check(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
     check(self.max_len > 1, "max_len", "must be > 1", self.max_len)
@@ -112,31 +121,35 @@ def make_sft_loss(model_config, context_mesh=None, sft: SFTConfig | None = None)
   """Mean next-token cross-entropy over response tokens (mask == 1).
 
   With `sft.logprob_chunk` > 0 the logits are computed a chunk of positions at
-  a time (see SFTConfig); otherwise all at once, the reference path.
+  a time (see SFTConfig); otherwise all at once, the reference path. With
+  `sft.lora` on, `params` are the adapters over the `frozen` base (dropout
+  keys from `rng`).
   """
   chunk, remat = (sft.logprob_chunk, sft.remat) if sft is not None else (0, "none")
+  lora = sft.lora if sft is not None else None
 
-  def token_stats(params, batch):
+  def token_stats(params, batch, adapters):
     """(logp_BxT, top1_BxT): log p of each token and whether it was the argmax."""
     tokens_BxT = batch["tokens"]
     if chunk:
       h_BxTxE = hidden_states(model_config, params, tokens_BxT, remat=remat,
                               context_mesh=context_mesh, positions_BxT=batch.get("positions"),
-                              segment_ids_BxT=batch.get("segments"))
+                              segment_ids_BxT=batch.get("segments"), lora=adapters)
       logp_BxT, _, top1_BxT = chunked_token_stats(
           h_BxTxE, output_matrix_ExV(model_config, params), tokens_BxT, 1.0, chunk,
           batch["mask"])
       return logp_BxT, top1_BxT
     logits = models.apply(model_config, params, tokens_BxT, context_mesh=context_mesh,
-                          positions=batch.get("positions"), segment_ids=batch.get("segments"))
+                          positions=batch.get("positions"), segment_ids=batch.get("segments"),
+                          lora=adapters)
     logp_BxT, _ = token_logprobs_from_logits(logits, tokens_BxT)
     predicted = jnp.argmax(logits[:, :-1], axis=-1) == tokens_BxT[:, 1:]
     top1_BxT = jnp.pad(predicted.astype(jnp.float32), ((0, 0), (1, 0)))
     return logp_BxT, top1_BxT
 
-  def loss_fn(params, batch, rng):
-    del rng
-    logp_BxT, top1_BxT = token_stats(params, batch)
+  def loss_fn(params, batch, rng, frozen=None):
+    params, adapters = lora_lib.model_inputs(params, frozen, lora, model_config.num_layers, rng)
+    logp_BxT, top1_BxT = token_stats(params, batch, adapters)
     mask = batch["mask"].astype(jnp.float32)
     num_tokens = jnp.maximum(mask.sum(), 1.0)
     loss = -(logp_BxT * mask).sum() / num_tokens
@@ -216,7 +229,8 @@ def train(config, workdir: str) -> dict:
                       f"batch axes ({ctx.batch_divisor()})")
   mixture = TaskMixture(tasks, int(config.seed))
   optimizer = make_optimizer(opt)
-  shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
+  shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
+                                        sft.lora)
   batch_sharding = {k: sharding.batch_sharding(ctx.mesh, ctx.rules, 2) for k in sft.batch_keys}
   step_fn = jit_train_step(
       make_train_step(make_sft_loss(ctx.model_config, mesh_lib.context_mesh(ctx.mesh), sft),
@@ -230,13 +244,15 @@ def train(config, workdir: str) -> dict:
 
   def fresh_state():
     return state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
-                                        ctx.key("init"), params=pretrained_params(ctx))
+                                        ctx.key("init"), params=pretrained_params(ctx),
+                                        lora=sft.lora)
 
   def restore_latest():
     """The newest good checkpoint's state, or the initial one."""
     if checkpoints.latest_step() is None:
       return fresh_state()
-    abstract = state_lib.abstract_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules)
+    abstract = state_lib.abstract_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
+                                        sft.lora)
     try:
       restored, extra = checkpoints.restore(abstract, fallback=True)
     except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
@@ -307,6 +323,9 @@ def train(config, workdir: str) -> dict:
   if it < sft.num_steps:  # stopped by SIGTERM; no export yet
     return {"state": state, "metrics": metrics, "export_dir": None, "context": ctx,
             "preempted": True}
-  export = save_params(os.path.join(workdir, EXPORT_DIR), ctx.model_config, state.params,
-                       tokenizer=ctx.tokenizer)
+  export = save_params(os.path.join(workdir, EXPORT_DIR), ctx.model_config,
+                       state_lib.model_params(state, sft.lora), tokenizer=ctx.tokenizer)
+  if state.frozen is not None:  # the adapters alone, as `peft` loads them
+    peft.save_adapter(os.path.join(export, peft.ADAPTER_DIR), ctx.model_config, state.params,
+                      sft.lora)
   return {"state": state, "metrics": metrics, "export_dir": export, "context": ctx}

@@ -2,6 +2,13 @@
 
 `TrainState` is the whole mutable state of a run: restoring it (plus the
 step-indexed data streams) resumes a run exactly.
+
+With LoRA (`rl_post.models.lora`, a `LoraConfig` with rank > 0 passed as
+`lora`), `params` are the adapters, the only leaves the optimizer sees, and
+`frozen` holds the base model's params, which no step changes: the step
+passes them through (donated with the state, so they are never copied).
+With `lora.base_quant="int8"` the base is `rl_post.models.quant.quantize_base`'s
+{"params", "scales"} (int8 projections, f32 scales).
 """
 
 from typing import Any
@@ -10,6 +17,8 @@ import flax.struct
 import jax
 
 from rl_post import models
+from rl_post.models import lora as lora_lib
+from rl_post.models import quant
 from rl_post.parallel import sharding
 from rl_post.training.optimizer import opt_state_shardings
 
@@ -22,6 +31,11 @@ class TrainState:
   rng: jax.Array       # typed PRNG key; per-step keys are fold_in(rng, step)
   critic: Any = None            # RL critic params (PPO), see rl_post.rl.critic
   critic_opt_state: Any = None  # the critic's own optax state
+  frozen: Any = None            # with LoRA: the frozen base params (`params` = adapters)
+
+
+def _lora_on(lora) -> bool:
+  return lora is not None and lora.enabled
 
 
 def param_shardings(model_config, mesh, rules):
@@ -37,41 +51,95 @@ def abstract_sharded_params(model_config, mesh, rules):
                       param_shardings(model_config, mesh, rules))
 
 
-def state_shardings(model_config, optimizer, mesh, rules) -> TrainState:
-  """A TrainState of NamedShardings: optimizer moments follow their params."""
-  abstract = models.abstract_params(model_config)
+def adapter_shardings(model_config, lora, mesh, rules):
+  """NamedShardings for LoRA adapters, from their logical axes and the same rules."""
+  return sharding.tree_shardings(lora_lib.adapter_logical_axes(model_config, lora),
+                                 lora_lib.abstract_adapters(model_config, lora), mesh, rules)
+
+
+def state_shardings(model_config, optimizer, mesh, rules, lora=None) -> TrainState:
+  """A TrainState of NamedShardings: optimizer moments follow their params
+  (with `lora` on, the adapters; the frozen base keeps the params' shardings)."""
   params_sh = param_shardings(model_config, mesh, rules)
+  frozen_sh = None
+  if _lora_on(lora):
+    frozen_sh, params_sh = params_sh, adapter_shardings(model_config, lora, mesh, rules)
+    if lora.base_quant:  # the scales split like their projections' output dims
+      abstract_scales = jax.eval_shape(quant.quantize_base,
+                                       models.abstract_params(model_config))["scales"]
+      frozen_sh = {"params": frozen_sh, "scales": sharding.tree_shardings(
+          quant.scale_logical_axes(models.param_logical_axes(model_config)), abstract_scales,
+          mesh, rules)}
+    abstract = lora_lib.abstract_adapters(model_config, lora)
+  else:
+    abstract = models.abstract_params(model_config)
   abstract_opt = jax.eval_shape(optimizer.init, abstract)
   replicated = sharding.replicated(mesh)
   opt_sh = opt_state_shardings(optimizer, abstract_opt, params_sh, replicated)
-  return TrainState(step=replicated, params=params_sh, opt_state=opt_sh, rng=replicated)
+  return TrainState(step=replicated, params=params_sh, opt_state=opt_sh, rng=replicated,
+                    frozen=frozen_sh)
 
 
-def abstract_state(model_config, optimizer, mesh, rules) -> TrainState:
+def abstract_state(model_config, optimizer, mesh, rules, lora=None) -> TrainState:
   """ShapeDtypeStructs with shardings: the target for checkpoint restore."""
-  shardings = state_shardings(model_config, optimizer, mesh, rules)
-  shapes = jax.eval_shape(lambda: _fresh_state(model_config, optimizer, jax.random.key(0)))
+  shardings = state_shardings(model_config, optimizer, mesh, rules, lora)
+  shapes = jax.eval_shape(lambda: _fresh_state(model_config, optimizer, jax.random.key(0),
+                                               lora=lora))
   return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                       shapes, shardings)
 
 
-def _fresh_state(model_config, optimizer, rng, params=None):
+def _fresh_state(model_config, optimizer, rng, params=None, lora=None):
   init_rng, state_rng = jax.random.split(rng)
   if params is None:
     params = models.init_params(model_config, init_rng)
+  frozen = None
+  if _lora_on(lora):  # the base is frozen; the adapters (B = 0: the base's outputs) train
+    frozen = quant.quantize_base(params) if lora.base_quant else params
+    params = lora_lib.init_adapters(model_config, lora, jax.random.fold_in(init_rng, 1))
   return TrainState(step=jax.numpy.zeros((), jax.numpy.int32), params=params,
-                    opt_state=optimizer.init(params), rng=state_rng)
+                    opt_state=optimizer.init(params), rng=state_rng, frozen=frozen)
 
 
-def create_train_state(model_config, optimizer, mesh, rules, rng, params=None) -> TrainState:
+def create_train_state(model_config, optimizer, mesh, rules, rng, params=None,
+                       lora=None) -> TrainState:
   """Initialises (or wraps `params` into) a TrainState placed on `mesh`.
 
   Parameters are created directly in their shardings: init runs under
   `jax.jit` with `out_shardings`, so no host ever holds the whole model.
+  With `lora` on, `params` (or the fresh init) become the frozen base and
+  fresh adapters are what the state trains.
   """
-  shardings = state_shardings(model_config, optimizer, mesh, rules)
+  shardings = state_shardings(model_config, optimizer, mesh, rules, lora)
   if params is not None:
-    params = jax.device_put(params, shardings.params)
-  init = jax.jit(lambda r, p: _fresh_state(model_config, optimizer, r, p),
+    target = shardings.params
+    if _lora_on(lora):
+      target = shardings.frozen["params"] if lora.base_quant else shardings.frozen
+    params = jax.device_put(params, target)
+  init = jax.jit(lambda r, p: _fresh_state(model_config, optimizer, r, p, lora),
                  out_shardings=shardings)
   return init(rng, params)
+
+
+def model_params(state: TrainState, lora=None):
+  """The policy's full params: `state.params`, or with adapters the base (an
+  int8 one dequantized) with them merged in (a new copy; for sampling,
+  evaluation and export)."""
+  if state.frozen is None:
+    return state.params
+  return _merged(state.frozen, state.params, lora)
+
+
+@jax.jit
+def _merged_jit(frozen, adapters, scale):
+  return lora_lib.merge_scaled(quant.base_params(frozen), adapters, scale)
+
+
+base_params = jax.jit(quant.base_params)  # a LoRA state's base as float params (for the
+                                          # reference and a separate critic's trunk)
+
+
+def _merged(frozen, adapters, lora):
+  if not _lora_on(lora):
+    raise ValueError("a state with frozen base params needs the run's LoraConfig")
+  return _merged_jit(frozen, adapters, lora.scale)

@@ -1,5 +1,6 @@
 """The generic jitted, sharded, donated update step shared by SFT and RL."""
 
+import functools
 from typing import Any, Callable
 
 import jax
@@ -20,15 +21,19 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
   `metrics["guard/skipped"]` is 1.0, as it is for a non-finite update norm
   (see `rl_post.training.guard.apply_if`).
 
+  With LoRA (`state.frozen` holds the base), `state.params` are the adapters:
+  they alone are differentiated and updated, and `loss_fn` is called with
+  `frozen=state.frozen` as a keyword.
+
   Args:
-    loss_fn: `(params, batch, rng) -> (loss, metrics)`, pure.
+    loss_fn: `(params, batch, rng[, frozen=]) -> (loss, metrics)`, pure.
     optimizer: the optax transformation that created `state.opt_state`.
   """
 
   def train_step(state: TrainState, batch: dict):
     rng = jax.random.fold_in(state.rng, state.step)
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch, rng)
+    loss = loss_fn if state.frozen is None else functools.partial(loss_fn, frozen=state.frozen)
+    (loss, metrics), grads = jax.value_and_grad(loss, has_aux=True)(state.params, batch, rng)
     grad_norm = optax.tree.norm(grads)
     # decided before the update, which then runs in place (guard.apply_if)
     ok = guard.all_finite(loss, grad_norm)

@@ -1,0 +1,117 @@
+r"""SmolLM2-135M GRPO steps with LoRA adapters against full fine-tuning: peak RSS and
+the update's seconds, both measured in the same run, on the same cores.
+
+  PYTHONPATH=. python experiments/benchmarks/lora_step.py            # rank 16, all projections
+  PYTHONPATH=. python experiments/benchmarks/lora_step.py --rank=8 --targets=q_proj,v_proj
+  PYTHONPATH=. python experiments/benchmarks/lora_step.py --settings=full,lora_int8
+  PYTHONPATH=. python experiments/benchmarks/lora_step.py --smoke --out=/tmp/l.json
+
+Each setting runs `experiments/train_rl.py --config=configs/smollm2_135m_grpo.py`
+(8 prompts x 8, `--new_tokens` new tokens, the update in one batch) for
+`--steps` steps in a child process, without held-out evaluation and without a
+compilation cache, as `smollm2_step.py` does: peak RSS from the kernel
+(`os.wait4`), per-step times from the run's metrics.jsonl. "full" trains every
+param (AdamW moments for all of them); "lora" sets `rl.lora.rank`, so only the
+adapters train and the frozen base is also the KL reference; "lora_int8" also
+keeps that base int8 (`rl.lora.base_quant`, QLoRA int8). `--smoke` runs
+the config's `tiny` variant for 2 steps. Prints a table and writes
+experiments/benchmarks/results/lora_step.json with the CPU. Timings move with
+the CPU and with anything else running on it.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from experiments.benchmarks import smollm2_step  # noqa: E402
+from rl_post.metrics import host_cpu  # noqa: E402
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "up", "down")
+SETTINGS = ("full", "lora", "lora_int8")
+
+
+def lora_flags(setting: str, rank: int, alpha: float, targets: tuple[str, ...]) -> list[str]:
+  """The train_rl.py overrides of one setting ("full": none)."""
+  if setting == "full":
+    return []
+  flags = [f"--config.rl.lora.rank={rank}", f"--config.rl.lora.alpha={alpha}"]
+  if tuple(targets) != TARGETS:  # the section's default is every projection
+    flags.append(f"--config.rl.lora.targets=({','.join(repr(t) for t in targets)},)")
+  if setting == "lora_int8":
+    flags.append("--config.rl.lora.base_quant=int8")
+  return flags
+
+
+def run_setting(name: str, flags: list[str], new_tokens: int, steps: int, smoke: bool,
+                workdir: str) -> dict:
+  """One child training run (smollm2_step's runner with the setting's flags)."""
+  extra = [] if smoke else [f"--config.rl.max_new_tokens={new_tokens}",
+                            "--config.rl.grad_accum=1"]
+  result = smollm2_step.run_child(extra + flags, steps, smoke, workdir)
+  return dict(result, name=name, flags=flags, new_tokens=new_tokens)
+
+
+def table(settings: list[dict]) -> str:
+  lines = [f"{'setting':>9} {'peak RSS GiB':>12} {'update s (later)':>16} "
+           f"{'step s (later)':>14} {'first step s':>12}"]
+  for s in settings:
+    later = s["steps"][1:]
+    mean = lambda k: sum(r[k] for r in later) / len(later) if later else float("nan")
+    lines.append(f"{s['name']:>9} {s['peak_rss_gib']:>12.2f} {mean('update_s'):>16.2f} "
+                 f"{mean('step_s'):>14.2f} {s['steps'][0]['step_s']:>12.1f}")
+  full = next((s for s in settings if s["name"] == "full"), None)
+  for s in settings:
+    if full and s is not full:
+      lines.append(f"{s['name']} / full: peak RSS "
+                   f"{s['peak_rss_gib'] / full['peak_rss_gib']:.2f}x")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--new_tokens", type=int, default=128, help="rl.max_new_tokens")
+  parser.add_argument("--rank", type=int, default=16, help="LoRA rank r (> 0)")
+  parser.add_argument("--alpha", type=float, default=32.0, help="LoRA alpha")
+  parser.add_argument("--targets", default=",".join(TARGETS),
+                      help="comma-separated projections that get adapters")
+  parser.add_argument("--settings", default=",".join(SETTINGS),
+                      help=f"comma-separated settings, from {SETTINGS}")
+  parser.add_argument("--steps", type=int, default=3, help="RL steps per setting (>= 2)")
+  parser.add_argument("--smoke", action="store_true", help="the config's tiny variant, 2 steps")
+  parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                    "results", "lora_step.json"))
+  args = parser.parse_args(argv)
+  targets = tuple(t for t in args.targets.split(",") if t)
+  if args.rank < 1:
+    parser.error(f"--rank must be >= 1, got {args.rank}")
+  if not targets or set(targets) - set(TARGETS):
+    parser.error(f"--targets must name some of {TARGETS}, got {args.targets!r}")
+  if args.steps < 2:
+    parser.error("--steps must be >= 2 (the first step against later ones)")
+  names = tuple(s for s in args.settings.split(",") if s)
+  if not names or set(names) - set(SETTINGS) or len(set(names)) != len(names):
+    parser.error(f"--settings must name some of {SETTINGS} once each, got {args.settings!r}")
+  steps = 2 if args.smoke else args.steps
+  settings = []
+  for name in names:
+    with tempfile.TemporaryDirectory() as workdir:
+      settings.append(run_setting(name, lora_flags(name, args.rank, args.alpha, targets),
+                                  args.new_tokens, steps, args.smoke, workdir))
+  cpu = host_cpu.describe()
+  print(table(settings))
+  print(f"CPU: {cpu['model_name']} ({cpu['cpus']} CPUs)")
+  result = dict(config=smollm2_step.CONFIG + (":tiny" if args.smoke else ""), smoke=args.smoke,
+                rank=args.rank, alpha=args.alpha, targets=targets, cpu=cpu, settings=settings)
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  with open(args.out, "w") as f:
+    json.dump(result, f, indent=1)
+  return result
+
+
+if __name__ == "__main__":
+  main()
