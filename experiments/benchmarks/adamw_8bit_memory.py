@@ -33,6 +33,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from experiments.benchmarks import child_runs  # noqa: E402
+
 STATE_DTYPES = ("float32", "int8")
 # SmolLM2-135M(-Instruct): what the GGUF header says (tests/models/test_smollm2.py).
 SMOLLM2 = dict(num_layers=30, embed_dim=576, num_heads=9, num_kv_heads=3, head_dim=64,
@@ -185,14 +187,9 @@ def main(argv=None):
                **{d: state_bytes(config, d) for d in STATE_DTYPES})
   from rl_post.metrics import host_cpu  # noqa: PLC0415
   cpu = host_cpu.describe()
-  print(table(exact, runs))
-  print(f"CPU: {cpu['model_name']} ({cpu['cpus']} CPUs)")
   result = dict(smoke=args.smoke, exact=exact, update_model="smoke" if args.smoke else source,
                 rl=SMOKE_RL if args.smoke else RL, runs=runs, cpu=cpu)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
-  return result
+  return child_runs.write_result(args.out, result, table(exact, runs))
 
 
 if __name__ == "__main__":

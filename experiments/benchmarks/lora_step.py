@@ -20,7 +20,6 @@ the CPU and with anything else running on it.
 """
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from experiments.benchmarks import smollm2_step  # noqa: E402
+from experiments.benchmarks import child_runs, smollm2_step  # noqa: E402
 from rl_post.metrics import host_cpu  # noqa: E402
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "up", "down")
@@ -103,14 +102,9 @@ def main(argv=None):
       settings.append(run_setting(name, lora_flags(name, args.rank, args.alpha, targets),
                                   args.new_tokens, steps, args.smoke, workdir))
   cpu = host_cpu.describe()
-  print(table(settings))
-  print(f"CPU: {cpu['model_name']} ({cpu['cpus']} CPUs)")
   result = dict(config=smollm2_step.CONFIG + (":tiny" if args.smoke else ""), smoke=args.smoke,
                 rank=args.rank, alpha=args.alpha, targets=targets, cpu=cpu, settings=settings)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
-  return result
+  return child_runs.write_result(args.out, result, table(settings))
 
 
 if __name__ == "__main__":

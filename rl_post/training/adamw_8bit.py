@@ -41,6 +41,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 BLOCK_SIZE = 256
 MIN_QUANTIZED_SIZE = 4096
+# values per slab of a quantized leaf's update (about 4 MB of f32 per temporary)
+UPDATE_SLAB_SIZE = 1 << 20
 
 
 def dynamic_code_map(signed: bool) -> np.ndarray:
@@ -164,7 +166,7 @@ def scale_by_adam_8bit(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
     t = count.astype(jnp.float32)
     correction1, correction2 = 1 - b1 ** t, 1 - b2 ** t
 
-    def leaf(g, mu, nu_sqrt):
+    def leaf_rows(g, mu, nu_sqrt):
       g32 = g.astype(jnp.float32)
       m = b1 * _load(mu, SIGNED_MAP, block_size) + (1 - b1) * g32
       v = b2 * jnp.square(_load(nu_sqrt, UNSIGNED_MAP, block_size)) + (1 - b2) * jnp.square(g32)
@@ -172,6 +174,16 @@ def scale_by_adam_8bit(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
       step = (m / correction1) / (r / jnp.sqrt(correction2) + eps)
       return (step.astype(g.dtype), _store(m, SIGNED_MAP, is_quantized(mu), block_size),
               _store(r, UNSIGNED_MAP, is_quantized(nu_sqrt), block_size))
+
+    def leaf(g, mu, nu_sqrt):
+      """A quantized leaf of rank >= 2 is updated a slab of leading rows at a time, so
+      its f32 temporaries (dequantized moments, new moments, block scales) take one
+      slab's memory instead of the leaf's; blocks run along the last axis, so the
+      slabs do not change a bit of the result."""
+      if g.ndim < 2 or not is_quantized(mu):
+        return leaf_rows(g, mu, nu_sqrt)
+      rows = max(1, min(g.shape[0], UPDATE_SLAB_SIZE // math.prod(g.shape[1:])))
+      return jax.lax.map(lambda xs: leaf_rows(*xs), (g, mu, nu_sqrt), batch_size=rows)
 
     out = jax.tree.map(leaf, updates, state.mu, state.nu_sqrt)
     pick = lambda i: jax.tree.map(lambda _, o: o[i], updates, out)
