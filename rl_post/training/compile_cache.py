@@ -142,5 +142,6 @@ def apply(config) -> str:
                     "$%s to choose another directory)", choice.path, problem, ENV)
   path = "" if problem else choice.path
   enable(path, settings.min_compile_s)
-  logging.info("compilation cache: %s", path or "off")
+  # debug, not info: a run that stops on a bad input prints its one error line alone
+  logging.debug("compilation cache: %s", path or "off")
   return path
