@@ -29,7 +29,7 @@ def get_base(workroot: str = "/tmp/rl_post") -> ml_collections.ConfigDict:
                  eval_sets=(), eval_data_dir="")
   c.filtering = dict(enabled=False, max_rounds=2)
   c.rewards = dict(weights=dict(default=dict(outcome=1.0, format=0.1)), timeout_s=30.0,
-                   num_workers=1,
+                   num_workers=1, batch_timeout_s=0.0,  # 0: no deadline per batch
                    sandbox=dict(isolation="strict", num_workers=2, timeout_s=10.0))
   # rl.algorithm picks a registry entry; rl.<algorithm> holds its own settings.
   c.rl = rl_config.section_defaults()

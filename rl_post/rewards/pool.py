@@ -16,17 +16,24 @@ segfault) or overruns its budget is killed and replaced: the completions
 of the unit it was in become counted "crash"/"timeout" errors scored 0,
 its other completions go to the replacement. Workers die with the
 trainer (see worker.py). Not thread-safe: one caller at a time.
+
+With `batch_timeout_s`, a batch also has a deadline, `batch_timeout_s`
+after `submit` plus the time since then during which some worker was
+starting (a replacement after a kill; start-up never eats a budget, and an
+expired batch's restarts do not eat the next one's). Every pump enforces
+the deadlines of all batches in flight, so a batch awaited late (async
+rewards) is bounded by the same clock. Past it, the batch's
+unverified completions become "timeout" errors
+(`RewardBatch.deadline_timeouts`); results that arrived before keep their
+scores; a worker inside a unit of it is killed and replaced like a unit
+over budget (also one that reaches a queued job of it later).
 """
 
 import atexit
-import collections
 import dataclasses
 import os
 import select
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 import weakref
@@ -36,9 +43,11 @@ from rl_post.rewards import verdicts as verdicts_lib
 from rl_post.rewards import worker as worker_lib
 from rl_post.rewards.local import LocalVerifier, group_by_domain
 from rl_post.rewards.scoring import ERROR_KINDS, RewardBatch, RewardConfig, combine
+from rl_post.rewards.worker_process import WorkerProcess, worker_env
 from rl_post.tasks.base import Task
 
 MAX_STARTUP_FAILURES = 3  # in a row; then the environment is broken, not a verifier
+PAST_BATCH_DEADLINE = "past its batch's deadline"  # why such a worker is replaced
 _LIVE = weakref.WeakSet()
 
 
@@ -57,78 +66,12 @@ class _Job:
   unit: tuple[int, int, float] | None = None  # (offset, count, deadline) in progress
 
 
-class _Worker:
-  """One worker process and its queue of jobs (the first is in progress)."""
-
-  def __init__(self, env: dict, sandbox_config, tmp_root: str):
-    self.tmp = tempfile.mkdtemp(prefix="worker_", dir=tmp_root)  # its sandbox's files
-    os.chmod(self.tmp, 0o755)  # the sandbox's unprivileged user reads its code there
-    self.proc = subprocess.Popen([sys.executable, "-m", "rl_post.rewards.worker"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 env=dict(env, TMPDIR=self.tmp), start_new_session=True)
-    self.out_fd, self.in_fd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
-    os.set_blocking(self.out_fd, False)
-    os.set_blocking(self.in_fd, False)
-    self.inbox, self.outbox = bytearray(), bytearray(worker_lib.encode(("init", sandbox_config)))
-    self.jobs: collections.deque[_Job] = collections.deque()
-    self.ready = False
-    self.started = time.monotonic()
-    self.dead: str | None = None  # why it is being replaced
-
-  def flush(self):
-    try:
-      while self.outbox:
-        del self.outbox[:os.write(self.in_fd, self.outbox)]
-    except BlockingIOError:
-      pass
-    except OSError as e:  # BrokenPipe: it died; reading will show EOF
-      self.dead = self.dead or f"pipe closed ({e.strerror})"
-
-  def read(self) -> tuple[list, bool]:
-    """(messages now available, end of file: the worker is gone)."""
-    eof = False
-    try:
-      while chunk := os.read(self.out_fd, 1 << 20):
-        self.inbox += chunk
-      eof = True
-    except BlockingIOError:
-      pass
-    return worker_lib.decode_frames(self.inbox), eof
-
-  def kill(self, grace_s: float = 0.0):
-    """Ends the worker: after `grace_s` for a clean exit (closing its pipe
-    asks it to stop), else at once; then removes its temporary files."""
-    try:
-      self.proc.stdin.close()
-      self.proc.wait(grace_s)
-    except (OSError, subprocess.TimeoutExpired):
-      pass
-    try:
-      os.killpg(self.proc.pid, signal.SIGKILL)  # also any children in its group
-    except (ProcessLookupError, PermissionError):
-      pass
-    self.proc.wait()
-    self.proc.stdout.close()
-    shutil.rmtree(self.tmp, ignore_errors=True)
-
-  def pending_items(self) -> int:
-    return sum(len(j.indices) for j in self.jobs)
-
-
-def _worker_env() -> dict:
-  env = dict(os.environ)
-  env[worker_lib.PARENT_PID_ENV] = str(os.getpid())
-  env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # same imports as here
-  env["JAX_PLATFORMS"] = "cpu"  # verifiers never take an accelerator
-  env["CUDA_VISIBLE_DEVICES"] = ""
-  return env
-
-
 class RewardPool:
   """Scores (task, completion) pairs; see the module docstring.
 
   Attributes:
     error_counts: kind -> completions failed so far, over the pool's life.
+    deadline_timeouts: of those, timeouts that batch deadlines caused.
     replaced: workers replaced so far (crashes and timeouts).
   """
 
@@ -136,16 +79,19 @@ class RewardPool:
     self.config = config or RewardConfig()
     self.domain_options = {k: dict(v) for k, v in (domain_options or {}).items()}
     self.error_counts = dict.fromkeys(ERROR_KINDS, 0)
+    self.deadline_timeouts = 0
     self.replaced = 0
+    self._in_flight: list[PendingRewards] = []  # batches with a deadline, not yet complete
+    self._startups: list[list] = []  # [spawned, ready or None] of workers, for deadlines
     self._startup_failures = 0
     self._next_job = 0
-    self._workers: list[_Worker] = []
+    self._workers: list[WorkerProcess] = []
     self._local = None
     self.tmp_root = None
     if self.config.num_workers == 0:
       self._local = LocalVerifier(self.config.sandbox_config())
       return
-    self._env = _worker_env()
+    self._env = worker_env()
     self.tmp_root = tempfile.mkdtemp(prefix="rl_post_rewards_")
     os.chmod(self.tmp_root, 0o755)
     _LIVE.add(self)
@@ -164,12 +110,15 @@ class RewardPool:
     if len(tasks) != len(completions):
       raise ValueError(f"{len(tasks)} tasks but {len(completions)} completions")
     pending = PendingRewards(self, tasks, completions)
-    if self._local is not None:
+    if self._local is not None:  # in process: no deadline can interrupt it
       for i, raw in enumerate(self._local.verify_all(tasks, completions, self.domain_options)):
         pending.put(i, raw)
       return pending
     if self._workers is None:
       raise RuntimeError("RewardPool is closed")
+    if self.config.batch_timeout_s and tasks:
+      pending.submitted = time.monotonic()
+      self._in_flight.append(pending)
     for name, idx in group_by_domain(tasks).items():
       k = min(len(self._workers), len(idx))
       for part in range(k):
@@ -203,11 +152,13 @@ class RewardPool:
     self.close()
 
   # -- scheduling ---------------------------------------------------------
-  def _spawn(self) -> _Worker:
-    return _Worker(self._env, self.config.sandbox_config(), self.tmp_root)
+  def _spawn(self) -> WorkerProcess:
+    w = WorkerProcess(self._env, self.config.sandbox_config(), self.tmp_root)
+    self._startups.append(w.startup)
+    return w
 
-  def _assign(self, job: _Job, worker: _Worker | None = None):
-    worker = worker or min(self._workers, key=_Worker.pending_items)
+  def _assign(self, job: _Job, worker: WorkerProcess | None = None):
+    worker = worker or min(self._workers, key=WorkerProcess.pending_items)
     job.job_id, self._next_job = self._next_job, self._next_job + 1
     p = job.pending
     worker.outbox += worker_lib.encode((
@@ -220,7 +171,8 @@ class RewardPool:
     for w in self._workers:
       w.flush()
     now = time.monotonic()
-    deadlines = [self._deadline(w) for w in self._workers]
+    deadlines = [self._deadline(w) for w in self._workers] + [self._batch_deadline(p, now)
+                                                              for p in self._in_flight]
     wait = min([max_wait_s] + [d - now for d in deadlines if d is not None])
     by_fd = {w.out_fd: w for w in self._workers}
     readable, writable, _ = select.select(list(by_fd), [w.in_fd for w in self._workers
@@ -242,21 +194,41 @@ class RewardPool:
       deadline = self._deadline(w)
       if w not in active and deadline is not None and now > deadline and not w.dead:
         w.dead = "timeout"
+    self._expire_batches(now)
+    for w in self._workers:  # inside a unit of an expired batch: possibly hung, never needed
+      if not w.dead and w.jobs and w.jobs[0].pending.expired and w.jobs[0].unit is not None:
+        w.dead = PAST_BATCH_DEADLINE
     for i, w in enumerate(self._workers):
       if w.dead:
         self._workers[i] = self._replace(w)
 
-  def _deadline(self, w: _Worker) -> float | None:
+  def _batch_deadline(self, p: "PendingRewards", now: float) -> float:
+    return p.submitted + self.config.batch_timeout_s + starting_s(self._startups, p.submitted, now)
+
+  def _expire_batches(self, now: float):
+    """Fails what is left of every batch in flight whose deadline has passed."""
+    live = []
+    for p in self._in_flight:
+      if p.remaining and now >= self._batch_deadline(p, now):
+        p.expire(f"batch deadline ({self.config.batch_timeout_s} s) passed before it was verified")
+      elif p.remaining:
+        live.append(p)
+    self._in_flight = live
+    oldest = min([p.submitted for p in live], default=now)
+    self._startups = [s for s in self._startups if s[1] is None or s[1] > oldest]
+
+  def _deadline(self, w: WorkerProcess) -> float | None:
     if not w.ready:
       return w.started + self.config.startup_timeout_s
     if w.jobs and w.jobs[0].unit is not None:
       return w.jobs[0].unit[2]
     return None
 
-  def _handle(self, w: _Worker, message):
+  def _handle(self, w: WorkerProcess, message):
     kind = message[0]
     if kind == "ready":
       w.ready, self._startup_failures = True, 0
+      w.startup[1] = min(message[2], time.monotonic())
       return
     job = w.jobs[0]
     if kind == "bad_job":  # its items cannot be verified anywhere: counted, not retried
@@ -278,9 +250,11 @@ class RewardPool:
     elif kind == "done":
       w.jobs.popleft()
 
-  def _replace(self, w: _Worker) -> _Worker:
+  def _replace(self, w: WorkerProcess) -> WorkerProcess:
     """Kills `w`, fails the completions of its current unit, requeues the rest."""
     w.kill()
+    if w.startup[1] is None:
+      w.startup[1] = time.monotonic()
     self.replaced += 1
     if not w.ready:
       self._startup_failures += 1
@@ -290,7 +264,7 @@ class RewardPool:
             job.pending.put(i, verdicts_lib.failure("crash", "reward workers cannot start"))
         raise RuntimeError(f"reward workers fail to start ({w.dead}) {MAX_STARTUP_FAILURES} "
                            "times in a row; see their stderr above")
-    kind = "timeout" if w.dead == "timeout" else "crash"
+    kind = "timeout" if w.dead in ("timeout", PAST_BATCH_DEADLINE) else "crash"
     new = self._spawn()
     for job in w.jobs:
       if job.unit is not None:
@@ -305,6 +279,21 @@ class RewardPool:
     return new
 
 
+def starting_s(startups: Sequence[Sequence], since: float, now: float) -> float:
+  """Seconds of [since, now] during which at least one worker was starting.
+
+  startups: [spawned, ready] per worker, in time.monotonic(); ready None
+  (still starting) counts up to `now`.
+  """
+  total, reach = 0.0, since
+  for start, end in sorted(startups, key=lambda s: s[0]):
+    end = now if end is None else min(end, now)
+    start = max(start, reach)
+    if end > start:
+      total, reach = total + end - start, end
+  return total
+
+
 class PendingRewards:
   """A reward computation in flight."""
 
@@ -312,18 +301,31 @@ class PendingRewards:
     self.pool, self.tasks, self.completions = pool, tasks, completions
     self.raw: list[dict | None] = [None] * len(tasks)
     self.remaining = len(tasks)
+    self.submitted: float | None = None  # time.monotonic(), where a batch deadline applies
+    self.expired = False
+    self.deadline_timeouts = 0
 
   def put(self, i: int, raw: dict):
+    """The first result for item i counts (a late one after its deadline does not)."""
     if self.raw[i] is None:
       self.remaining -= 1
-    self.raw[i] = raw
+      self.raw[i] = raw
+
+  def expire(self, detail: str):
+    """Counts every item not yet verified as a timeout."""
+    for i, raw in enumerate(self.raw):
+      if raw is None:
+        self.put(i, verdicts_lib.failure("timeout", detail))
+        self.deadline_timeouts += 1
+    self.expired = True
 
   def result(self) -> RewardBatch:
     while self.remaining:
       self.pool._pump()
     checked = [verdicts_lib.checked(r) for r in self.raw]
     batch = combine(self.tasks, [v for v, _ in checked], [k for _, k in checked],
-                    self.pool.config)
+                    self.pool.config, self.deadline_timeouts)
     for kind, count in batch.error_counts.items():
       self.pool.error_counts[kind] += count
+    self.pool.deadline_timeouts += batch.deadline_timeouts
     return batch

@@ -56,13 +56,13 @@ class PendingSplit:
 
   def result(self) -> RewardBatch:
     mine = self.local.result()
-    blocks = allgather_objects((mine.verdicts, mine.error_kinds))
-    verdicts = [v for block, _ in blocks for v in block]
-    kinds = [k for _, block in blocks for k in block]
+    blocks = allgather_objects((mine.verdicts, mine.error_kinds, mine.deadline_timeouts))
+    verdicts = [v for block, _, _ in blocks for v in block]
+    kinds = [k for _, block, _ in blocks for k in block]
     if len(verdicts) != len(self.tasks):
       raise RuntimeError(f"processes returned {len(verdicts)} verdicts for {len(self.tasks)} "
                          "rows; every process must submit the same batch")
-    return combine(self.tasks, verdicts, kinds, self.config)
+    return combine(self.tasks, verdicts, kinds, self.config, sum(n for *_, n in blocks))
 
 
 class ProcessSplitPool:

@@ -63,6 +63,14 @@ class RewardConfig:
     sandbox: SandboxConfig fields of the sandbox each worker creates on
       first use and hands to the domains.
     startup_timeout_s: how long a worker may take to import and start.
+    batch_timeout_s: wall-clock bound on one batch, from `submit` until its
+      result: completions not verified by then are `timeout` errors scored
+      0 (also counted in RewardBatch.deadline_timeouts) and workers still
+      inside them are replaced. Bounds a step that would otherwise wait
+      timeout_s per hanging completion, one after another. 0 = no bound.
+      Worker pools only (num_workers >= 1). Keep it well above a healthy
+      batch's scoring time plus a worker's start-up (a replaced worker
+      restarts on the next batch's clock).
   """
   weights: Mapping[str, Mapping[str, float]] = dataclasses.field(
       default_factory=lambda: {"default": dict(DEFAULT_WEIGHTS)})
@@ -70,6 +78,7 @@ class RewardConfig:
   num_workers: int = 1
   sandbox: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   startup_timeout_s: float = 120.0
+  batch_timeout_s: float = 0.0
 
   def __post_init__(self):
     object.__setattr__(self, "weights", _checked_weights(self.weights))
@@ -77,6 +86,9 @@ class RewardConfig:
     check(isinstance(self.num_workers, int) and self.num_workers >= 0, "num_workers",
           "must be an int >= 0 (0 = in-process)", self.num_workers)
     check(self.startup_timeout_s > 0, "startup_timeout_s", "must be > 0", self.startup_timeout_s)
+    check(isinstance(self.batch_timeout_s, (int, float)) and not isinstance(
+        self.batch_timeout_s, bool) and 0 <= self.batch_timeout_s < math.inf, "batch_timeout_s",
+          "must be a finite number >= 0 (0 = no batch deadline)", self.batch_timeout_s)
     check(isinstance(self.sandbox, Mapping), "sandbox", "must be a mapping of SandboxConfig fields",
           self.sandbox)
     try:
@@ -103,6 +115,8 @@ class RewardBatch:
     verdicts: one per completion (a zero-score one for failures).
     error_kinds: per completion, None or one of ERROR_KINDS.
     error_counts: kind -> count over this batch (every kind present).
+    deadline_timeouts: the `timeout` errors that the batch deadline
+      (RewardConfig.batch_timeout_s) caused, a part of error_counts["timeout"].
   """
   rewards_N: np.ndarray
   correct_N: np.ndarray
@@ -110,6 +124,7 @@ class RewardBatch:
   verdicts: list[Verdict]
   error_kinds: list[str | None]
   error_counts: dict[str, int]
+  deadline_timeouts: int = 0
 
   @property
   def errors(self) -> int:
@@ -134,8 +149,10 @@ def components_of(verdict: Verdict) -> dict[str, float]:
 
 
 def combine(tasks: Sequence[Task], verdicts: Sequence[Verdict],
-            error_kinds: Sequence[str | None], config: RewardConfig) -> RewardBatch:
-  """The RewardBatch for verdicts of `tasks` (error_kinds[i] set = failed)."""
+            error_kinds: Sequence[str | None], config: RewardConfig,
+            deadline_timeouts: int = 0) -> RewardBatch:
+  """The RewardBatch for verdicts of `tasks` (error_kinds[i] set = failed;
+  `deadline_timeouts` of the "timeout" ones are the batch deadline's)."""
   n = len(tasks)
   if not n == len(verdicts) == len(error_kinds):
     raise ValueError(f"{n} tasks, {len(verdicts)} verdicts, {len(error_kinds)} error kinds")
@@ -152,14 +169,19 @@ def combine(tasks: Sequence[Task], verdicts: Sequence[Verdict],
   correct_N = np.array([kind is None and v.correct for v, kind in zip(verdicts, error_kinds)],
                        bool)
   counts = {kind: int(sum(k == kind for k in error_kinds)) for kind in ERROR_KINDS}
+  if not 0 <= deadline_timeouts <= counts["timeout"]:
+    raise ValueError(f"{deadline_timeouts} deadline timeouts but {counts['timeout']} timeouts")
   return RewardBatch(rewards_N=rewards_N, correct_N=correct_N, components=components,
-                     verdicts=list(verdicts), error_kinds=list(error_kinds), error_counts=counts)
+                     verdicts=list(verdicts), error_kinds=list(error_kinds), error_counts=counts,
+                     deadline_timeouts=int(deadline_timeouts))
 
 
 def reward_metrics(tasks: Sequence[Task], batch: RewardBatch, prefix: str = "reward") -> dict:
-  """`<prefix>/<domain>/<component>` means, `<prefix>/errors/<kind>` counts and
-  `<prefix>/<domain>/errors`, the domain's completions whose verification failed."""
+  """`<prefix>/<domain>/<component>` means, `<prefix>/errors/<kind>` counts,
+  `<prefix>/<domain>/errors`, the domain's completions whose verification failed,
+  and `<prefix>/deadline_timeouts`, the timeouts the batch deadline caused."""
   metrics = {f"{prefix}/errors/{kind}": count for kind, count in batch.error_counts.items()}
+  metrics[f"{prefix}/deadline_timeouts"] = batch.deadline_timeouts
   domains = np.array([t.domain for t in tasks])
   failed_N = np.array([kind is not None for kind in batch.error_kinds], bool)
   for domain in sorted(set(domains.tolist())):

@@ -4,7 +4,8 @@ Protocol (length-prefixed pickles on the worker's original stdin/stdout;
 fd 1 is pointed at stderr so verifier prints cannot corrupt it):
   pool -> worker: ("init", SandboxConfig)
                   ("job", job_id, domain_name, options, tasks, completions)
-  worker -> pool: ("ready", pid)
+  worker -> pool: ("ready", pid, time.monotonic() when ready: CLOCK_MONOTONIC,
+                   the pool's clock too)
                   ("start", job_id, offset, count)     a unit of work begins
                   ("result", job_id, offset, [raw result dict] * count,
                    (offset, count) of the unit that starts now, or None)
@@ -26,6 +27,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 
 PARENT_PID_ENV = "RL_POST_REWARD_PARENT_PID"
 _HEADER = struct.Struct("<Q")
@@ -118,7 +120,7 @@ def _serve(requests: queue.Queue, out_fd: int):
   _, sandbox_config = pickle.loads(requests.get())
   verifier = LocalVerifier(sandbox_config)
   _VERIFIERS.append(verifier)
-  _send(out_fd, ("ready", os.getpid()))
+  _send(out_fd, ("ready", os.getpid(), time.monotonic()))
   while True:
     try:
       _, job_id, name, options, tasks, completions = pickle.loads(requests.get())

@@ -13,7 +13,10 @@ batch is trained on at most `staleness` updates after the policy that
 sampled it. The update's importance ratio uses the behaviour log-probs the
 sampler recorded, so a stale batch is corrected like any off-policy one.
 `staleness = 0` launches and pops the same iteration in one step: the
-order, keys and numbers of the synchronous loop.
+order, keys and numbers of the synchronous loop. A reward batch deadline
+(`rewards.batch_timeout_s`, rewards/pool.py) runs from `pool.submit`, so
+it bounds the wait at pop as it bounds a synchronous step: the scoring
+that overlapped generation counts against it.
 
 Checkpoints: the pipeline is drained at checkpoint boundaries instead of
 checkpointing rollouts in flight. A rollout is never launched across an

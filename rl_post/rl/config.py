@@ -2,6 +2,7 @@
 
   c.rl.algorithm = "ppo"           # any name in rl_post.rl.registry
   c.rl.ppo.gae_lambda = 0.9        # that algorithm's own sub-section
+  add_algorithm(c.rl, "my_pkg.algos:BEST_OF_GROUP")  # one from outside: rl.best_of_group
 
 `section_defaults()` is the whole section with every default (what
 `configs/base.py` holds); `load(section)` validates it, including the
@@ -25,7 +26,9 @@ class RLConfig:
   """Settings of an RL run shared by every algorithm.
 
   Attributes:
-    algorithm: name of the registry entry ("grpo", "ppo", ...).
+    algorithm: name of the registry entry ("grpo", "ppo", ...) or the import
+      path "package.module:ATTR" of an Algorithm (or of a callable returning
+      one), registered on first use (rl/registry.py).
     num_steps: RL iterations (each: sample, score, update).
     batch_size: B, prompts per iteration.
     num_generations: G, responses per prompt (the group).
@@ -249,7 +252,20 @@ def load(section) -> RLConfig:
   values = dict(section or {})
   if "algo" in values:
     raise ValueError("rl: unknown field(s) ['algo']; set rl.algorithm and rl.<algorithm>")
+  chosen = registry.get(values.get("algorithm", RLConfig.algorithm))  # imports a path
   configs = {name: from_section(registry.get(name).config_cls, values.pop(name, None),
                                 f"rl.{name}") for name in registry.names()}
   run = from_section(RLConfig, values, "rl")
-  return dataclasses.replace(run, algo=configs[run.algorithm])
+  return dataclasses.replace(run, algo=configs[chosen.name])
+
+
+def add_algorithm(section, algorithm: str) -> str:
+  """Chooses `algorithm` (a name or "package.module:ATTR") in the `rl` section
+  (a ConfigDict or dict) and adds its sub-section with its defaults where
+  missing, so a config file can set, and the command line override, its
+  fields (`--config.rl.<name>.<field>=...`). Returns its name."""
+  entry = registry.get(algorithm)
+  section["algorithm"] = algorithm
+  if entry.name not in section:
+    section[entry.name] = dataclasses.asdict(entry.config_cls())
+  return entry.name

@@ -109,3 +109,23 @@ def test_async_with_dynamic_filtering_is_refused(tokenizer_path, tmp_path):
   config.filtering.enabled = True
   with pytest.raises(ValueError, match="async_rewards needs filtering.enabled=False"):
     trainer.train(config, str(tmp_path))
+
+
+def test_async_batches_are_bounded_by_the_reward_batch_deadline(tokenizer_path, tmp_path):
+  """Half the verifiers hang for 600 s; with a batch deadline of a few seconds
+  the async run finishes, counting the hung completions as timeouts."""
+  import time
+  from rl_fixtures import FAULTY_DOMAIN
+  config = _config(tokenizer_path, async_rewards=True, async_staleness=1, num_steps=3,
+                   checkpoint_every=100)
+  config.tasks.update(domains=(FAULTY_DOMAIN,),
+                      domain_options={FAULTY_DOMAIN: {"faults": ("hang", None)}})
+  config.rewards.update(num_workers=2, timeout_s=900.0, batch_timeout_s=4.0)
+  start = time.monotonic()
+  trainer.train(config, str(tmp_path))
+  assert time.monotonic() - start < 400  # without the deadline: 900 s per hung completion
+  rows = read_metrics(str(tmp_path))
+  assert [m["step"] for m in rows] == [1, 2, 3]
+  assert [m["async/staleness"] for m in rows] == [0, 1, 1]
+  assert all(0 < m["reward/deadline_timeouts"] <= m["reward/errors/timeout"] for m in rows)
+  assert all(np.isfinite(m["loss"]) for m in rows)
