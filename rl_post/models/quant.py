@@ -24,7 +24,7 @@ axes and shard like it. B must divide that last input dim.
 Quantized base: `{"params": params with quantized projections, "scales":
 {module: {target: array}}}`, and for 4-bit also "codebook" (the format's
 16 float32 levels, which makes the base self-describing) and, for GGUF
-Q4_1 blocks (`rl_post.models.gguf.load_q4_base`), "offsets" shaped like
+Q4_1 blocks (`rl_post.models.gguf_q4.load_q4_base`), "offsets" shaped like
 the scales.
 """
 

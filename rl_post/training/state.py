@@ -10,7 +10,7 @@ passes them through (donated with the state, so they are never copied).
 With `lora.base_quant` set ("int8", "int4", "nf4") the base is
 `rl_post.models.quant.quantize_base`'s {"params", "scales"} (+ "codebook"
 for 4-bit): quantized projections and their f32 scales. A `params` given
-already quantized (`rl_post.models.gguf.load_q4_base`) is kept as it is.
+already quantized (`rl_post.models.gguf_q4.load_q4_base`) is kept as it is.
 """
 
 from typing import Any
@@ -97,6 +97,20 @@ def _quantized(params, lora):
   return quant.quantize_base(params, lora.base_quant, lora.base_quant_block_size)
 
 
+def _check_quantized_base(params, model_config, lora):
+  """Raises a one-line ValueError unless an already quantized base has the
+  arrays `lora.base_quant` would make."""
+  expected = jax.eval_shape(lambda p: _quantized(p, lora), models.abstract_params(model_config))
+  same = jax.tree.structure(params) == jax.tree.structure(expected) and all(
+      a.shape == b.shape and a.dtype == b.dtype
+      for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(expected)))
+  if not same:
+    raise ValueError(f"the quantized base params are not what lora.base_quant="
+                     f"{lora.base_quant!r} with base_quant_block_size="
+                     f"{lora.base_quant_block_size} makes (a GGUF Q4_0 base is int4 with "
+                     "block 32; a Q4_1 base, with per-block offsets, has no train-state format)")
+
+
 def _fresh_state(model_config, optimizer, rng, params=None, lora=None):
   init_rng, state_rng = jax.random.split(rng)
   if params is None:
@@ -124,6 +138,7 @@ def create_train_state(model_config, optimizer, mesh, rules, rng, params=None,
     if _lora_on(lora):
       target = shardings.frozen["params"] if lora.base_quant else shardings.frozen
       if quant.is_quantized(params):
+        _check_quantized_base(params, model_config, lora)
         target = shardings.frozen
     params = jax.device_put(params, target)
   init = jax.jit(lambda r, p: _fresh_state(model_config, optimizer, r, p, lora),
