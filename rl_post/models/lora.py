@@ -215,11 +215,9 @@ class Adapters:
       y_MxN = (dot_acc32(x_MxK, w.reshape(k, -1).astype(x_MxK.dtype), jnp.float32)
                * scale_N[None]).astype(x_MxK.dtype)
     else:
-      frozen = jax.lax.stop_gradient((self.scales[module][target], self.codebook,
-                                      None if self.offsets is None
-                                      else self.offsets[module][target]))
-      w_KxN = quant.dequantize_layer_KxN(w, frozen[0], frozen[1], frozen[2], k, x_MxK.dtype)
-      y_MxN = dot_acc32(x_MxK, w_KxN)
+      offset = None if self.offsets is None else self.offsets[module][target]
+      y_MxN = _dequantized_dot(x_MxK, w, *jax.lax.stop_gradient(
+          (self.scales[module][target], self.codebook, offset)))
     adapter = self.weights.get(module, {}).get(target)
     if adapter is None:
       return y_MxN
@@ -231,6 +229,13 @@ class Adapters:
       keep = jax.random.bernoulli(key, 1.0 - self.dropout, x_MxK.shape)
       x_MxK = jnp.where(keep, x_MxK / (1.0 - self.dropout), 0).astype(x_MxK.dtype)
     return y_MxN + dot_acc32(dot_acc32(x_MxK, a_KxR), b_RxN)
+
+
+@jax.checkpoint  # the backward dequantizes again: no float weight is kept for it
+def _dequantized_dot(x_MxK, w, scale, levels_16, offset):
+  """x @ W for one layer's packed 4-bit projection `w` (`quant.dequantize_layer_KxN`)."""
+  return dot_acc32(x_MxK, quant.dequantize_layer_KxN(w, scale, levels_16, offset,
+                                                     x_MxK.shape[-1], x_MxK.dtype))
 
 
 def for_model(adapters: dict, lora: LoraConfig, num_layers: int, rng=None,

@@ -162,11 +162,6 @@ def frozen_logical_axes(param_axes: dict, base_quant: str, offsets: bool = False
   return out
 
 
-def scale_logical_axes(param_axes: dict) -> dict:
-  """Logical axes of int8 scales: the projection's own, minus its input dims."""
-  return frozen_logical_axes(param_axes, "int8")["scales"]
-
-
 def is_quantized(frozen) -> bool:
   """Whether a train state's frozen base is `quantize_base` output."""
   return isinstance(frozen, dict) and "params" in frozen and "scales" in frozen

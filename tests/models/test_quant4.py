@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.ad_checkpoint import print_saved_residuals
 
 from rl_post import models
 from rl_post.models import lora as lora_lib
@@ -132,3 +133,17 @@ def test_block_size_must_divide_the_last_input_dim(tiny_model_config, make_rando
   with pytest.raises(ValueError, match=r"lora.base_quant_block_size=16 does not divide the "
                      r"last input dim of attn.o_proj \(8\)"):
     quant.quantize_base(params, "int4", 16)
+
+
+def test_backward_keeps_the_packed_codes_not_a_float_weight(capsys):
+  k, n = 64, 48
+  w_KxN = jnp.asarray(np.random.default_rng(0).standard_normal((k, n)), jnp.float32)
+  packed, scale_GxN = quant4.quantize_KxN(w_KxN, "nf4", 32)
+  adapters = lora_lib.Adapters(
+      weights={"mlp": {"up": {"A_KxR": jnp.ones((k, 2)), "B_RxN": jnp.ones((2, n))}}},
+      scales={"mlp": {"up": scale_GxN}}, codebook=quant4.codebook("nf4"))
+  loss = lambda weights, x: adapters.replace(weights=weights).dense("mlp", "up", x,
+                                                                     packed).sum()
+  print_saved_residuals(loss, adapters.weights, jnp.ones((3, k)))
+  saved = capsys.readouterr().out
+  assert f"u8[{k // 2},{n}]" in saved and f"f32[{k},{n}]" not in saved
