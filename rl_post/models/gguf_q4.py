@@ -13,8 +13,9 @@ both widened to float32 exactly. llama.cpp's q/k row permutation is undone
 on the rows of the bytes and scales (`gguf._unpermute`).
 
 All Q4_0: the base is an "int4" one (levels c - 8, block 32), the same tree
-as `quant.quantize_base(params, "int4", 32)`. Any Q4_1: levels c and
-offsets for every projection (a Q4_0 block's offset is -8 d, exact).
+as `quant.quantize_base(params, "int4", 32)`. Any Q4_1: a "q4_1" one
+(levels c, offsets for every projection; a Q4_0 block's offset is -8 d,
+exact), the tree of `quant.quantize_base(params, "q4_1", 32)`.
 Embeddings, norms and the head are dequantized to float like a plain load:
 a quantized base keeps them float.
 """
@@ -24,7 +25,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
-from rl_post.models import gguf, hf_mapping, quant
+from rl_post.models import gguf, hf_mapping, quant, quant4
 from rl_post.models.config import ModelConfig
 
 BLOCK = 32
@@ -117,7 +118,7 @@ def load_q4_base(path_or_reader, *, dtype: str = "float32") -> tuple[ModelConfig
       offsets.setdefault(module, {})[target] = jnp.asarray(
           np.stack([p[2] for p in parts]).reshape(scale_shape))
   frozen = {"params": params, "scales": scales,
-            "codebook": jnp.arange(16, dtype=jnp.float32) - (0 if affine else 8)}
+            "codebook": quant4.codebook("q4_1" if affine else "int4")}
   if affine:
     frozen["offsets"] = offsets
   return config, frozen

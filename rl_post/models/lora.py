@@ -54,9 +54,10 @@ class LoraConfig:
       o_proj (attention) and gate, up, down (MLP).
     base_quant: "" keeps the frozen base in its dtype; "int8" stores every
       block projection int8 with per-output-channel scales, applied to each
-      matmul's output; "int4" / "nf4" store it as 4-bit codes packed two per
-      byte with one scale per block of `base_quant_block_size` input values,
-      dequantized one layer at a time before each matmul (QLoRA:
+      matmul's output; "int4" / "nf4" / "q4_1" store it as 4-bit codes packed
+      two per byte with one scale (q4_1: and one offset) per block of
+      `base_quant_block_size` input values, dequantized one layer at a time
+      before each matmul (QLoRA:
       `rl_post.models.quant`, `rl_post.models.quant4`).
     base_quant_block_size: B, the 4-bit block length along a projection's
       input; must be even and divide each projection's last input dim.

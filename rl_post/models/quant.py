@@ -12,8 +12,9 @@ scale applied to the output (`rl_post.models.lora.Adapters.dense`). For
 x of M rows, the quantized product is within sum_k |x_mk| * s_n / 2 of the
 float one (`error_bound_MxN`).
 
-"int4" / "nf4": 4-bit codes packed two per byte with one float32 scale per
-block of B input values per output column (`rl_post.models.quant4`). The
+"int4" / "nf4" / "q4_1": 4-bit codes packed two per byte with one float32
+scale (and for "q4_1" one offset) per block of B input values per output
+column (`rl_post.models.quant4`). The
 layer scan dequantizes one layer's projection at a time, right before its
 matmul; the stacked base stays packed. The packed codes keep the
 projection's rank with its last input dim halved ([L, E, H, D] ->
@@ -23,9 +24,9 @@ axes and shard like it. B must divide that last input dim.
 
 Quantized base: `{"params": params with quantized projections, "scales":
 {module: {target: array}}}`, and for 4-bit also "codebook" (the format's
-16 float32 levels, which makes the base self-describing) and, for GGUF
-Q4_1 blocks (`rl_post.models.gguf_q4.load_q4_base`), "offsets" shaped like
-the scales.
+16 float32 levels, which makes the base self-describing) and, for "q4_1"
+(also what `rl_post.models.gguf_q4.load_q4_base` makes of GGUF Q4_1
+blocks), "offsets" shaped like the scales.
 """
 
 import math
@@ -88,19 +89,22 @@ def quantize_base(params: dict, base_quant: str = "int8", block_size: int = 64) 
   if four_bit:
     check_block_size(params, block_size)
   blocks = {k: dict(v) for k, v in params["blocks"].items()}
-  scales = {}
+  scales, offsets = {}, {}
   for module, targets in PROJECTIONS.items():
     for target in targets:
       w = blocks[module][target]
       out_shape = w.shape[w.ndim - _out_ndim(module, target):]
       w_LxKxN = w.reshape(w.shape[0], -1, math.prod(out_shape))
       if four_bit:
-        packed, s = jax.vmap(lambda x: quant4.quantize_KxN(x, base_quant, block_size))(w_LxKxN)
+        packed, s, o = jax.vmap(lambda x: quant4.quantize_KxN(x, base_quant, block_size))(
+            w_LxKxN)
         axis = packed_axis(target, w.ndim)
         packed_shape = w.shape[:axis] + (w.shape[axis] // 2,) + w.shape[axis + 1:]
         scale_shape = w.shape[:axis] + (w.shape[axis] // block_size,) + w.shape[axis + 1:]
         blocks[module][target] = packed.reshape(packed_shape)
         scales.setdefault(module, {})[target] = s.reshape(scale_shape)
+        if o is not None:
+          offsets.setdefault(module, {})[target] = o.reshape(scale_shape)
       else:
         q, s = jax.vmap(quantize_KxN)(w_LxKxN)
         blocks[module][target] = q.reshape(w.shape)
@@ -108,6 +112,8 @@ def quantize_base(params: dict, base_quant: str = "int8", block_size: int = 64) 
   out = {"params": dict(params, blocks=blocks), "scales": scales}
   if four_bit:
     out["codebook"] = quant4.codebook(base_quant)
+  if offsets:
+    out["offsets"] = offsets
   return out
 
 
@@ -143,11 +149,11 @@ def dequantize_base(quantized: dict, dtype=None) -> dict:
   return dict(params, blocks=blocks)
 
 
-def frozen_logical_axes(param_axes: dict, base_quant: str, offsets: bool = False) -> dict:
+def frozen_logical_axes(param_axes: dict, base_quant: str) -> dict:
   """Logical axes of a quantized base: the params keep theirs; int8 scales keep
   their projection's output axes, 4-bit scales (and offsets) all its axes;
   the codebook is replicated."""
-  scales = {}
+  scales, offsets = {}, {}
   for module, targets in PROJECTIONS.items():
     for target in targets:
       axes = param_axes["blocks"][module][target]
@@ -157,7 +163,7 @@ def frozen_logical_axes(param_axes: dict, base_quant: str, offsets: bool = False
   out = {"params": param_axes, "scales": scales}
   if base_quant != "int8":
     out["codebook"] = (None,)
-    if offsets:
+    if base_quant in quant4.AFFINE:
       out["offsets"] = scales
   return out
 

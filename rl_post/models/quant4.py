@@ -6,14 +6,15 @@ blocks of B values per output column. Each value becomes a 4-bit code c in
 
   W_kn ~ codebook[c_kn] * s_gn (+ o_gn),   g = k // B
 
-with one scale s (and, for GGUF Q4_1 blocks only, one offset o) per block.
-Two codebooks:
+with one scale s (and, for "q4_1", one offset o) per block. Three formats:
 
 - "int4": codebook[c] = c - 8 (llama.cpp's Q4_0 codes), s = max |W_block| / 7,
   so codes 1..15 are used and every value is within s / 2 of W.
 - "nf4": the NormalFloat4 levels of QLoRA (quantiles of a normal, in
   [-1, 1], with an exact 0), s = max |W_block|; a value is within
   `HALF_GAP["nf4"]` * s of W (half the widest gap between adjacent levels).
+- "q4_1": llama.cpp's Q4_1, affine: codebook[c] = c, o = min W_block,
+  s = (max W_block - o) / 15; every value is within s / 2 of W.
 
 Packing follows Q4_0's layout inside each block: byte j (j < B / 2) holds
 element j in its low nibble and element j + B / 2 in its high nibble, so a
@@ -26,15 +27,17 @@ stacked [L, ...] base is handled by `rl_post.models.quant`.
 import jax.numpy as jnp
 import numpy as np
 
-FORMATS = ("int4", "nf4")
+FORMATS = ("int4", "nf4", "q4_1")
+AFFINE = ("q4_1",)  # formats with a per-block offset
 NF4_LEVELS = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
               -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
               0.07958029955625534, 0.16093020141124725, 0.24611230194568634,
               0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
               0.7229568362236023, 1.0)
-CODEBOOKS = {"int4": tuple(float(c - 8) for c in range(16)), "nf4": NF4_LEVELS}
-# max |W_block| maps to this codebook value (the largest used level)
-SCALE_DIVISOR = {"int4": 7.0, "nf4": 1.0}
+CODEBOOKS = {"int4": tuple(float(c - 8) for c in range(16)), "nf4": NF4_LEVELS,
+             "q4_1": tuple(float(c) for c in range(16))}
+# the block's range (max |W| symmetric, max - min affine) maps to this many levels' span
+SCALE_DIVISOR = {"int4": 7.0, "nf4": 1.0, "q4_1": 15.0}
 
 
 def _half_gap(levels) -> float:
@@ -66,16 +69,23 @@ def unpack_KxN(packed_K2xN, block_size: int):
 
 
 def quantize_KxN(w_KxN, fmt: str, block_size: int):
-  """(packed uint8 [K / 2, N], scales f32 [K / B, N]): nearest level per value;
-  an all-zero block gets scale 1 (its codes are the exact 0)."""
+  """(packed uint8 [K / 2, N], scales f32 [K / B, N], offsets f32 [K / B, N] for
+  an affine format, else None): nearest level per value; a constant block
+  (all zero, for a symmetric format) gets scale 1 and reads back exactly."""
   k, n = w_KxN.shape
   w_GxBxN = w_KxN.astype(jnp.float32).reshape(k // block_size, block_size, n)
-  scale_GxN = jnp.max(jnp.abs(w_GxBxN), axis=1) / SCALE_DIVISOR[fmt]
+  offset_GxN = None
+  if fmt in AFFINE:
+    offset_GxN = jnp.min(w_GxBxN, axis=1)
+    scale_GxN = (jnp.max(w_GxBxN, axis=1) - offset_GxN) / SCALE_DIVISOR[fmt]
+    w_GxBxN = w_GxBxN - offset_GxN[:, None]
+  else:
+    scale_GxN = jnp.max(jnp.abs(w_GxBxN), axis=1) / SCALE_DIVISOR[fmt]
   scale_GxN = jnp.where(scale_GxN > 0, scale_GxN, 1.0)
   levels = codebook(fmt)
   midpoints = (levels[1:] + levels[:-1]) / 2
   codes = jnp.searchsorted(midpoints, w_GxBxN / scale_GxN[:, None], side="left")
-  return pack_KxN(codes.reshape(k, n), block_size), scale_GxN
+  return pack_KxN(codes.reshape(k, n), block_size), scale_GxN, offset_GxN
 
 
 def dequantize_KxN(packed_K2xN, scale_GxN, levels_16, offset_GxN=None, dtype=jnp.float32):

@@ -7,9 +7,9 @@ With LoRA (`rl_post.models.lora`, a `LoraConfig` with rank > 0 passed as
 `lora`), `params` are the adapters, the only leaves the optimizer sees, and
 `frozen` holds the base model's params, which no step changes: the step
 passes them through (donated with the state, so they are never copied).
-With `lora.base_quant` set ("int8", "int4", "nf4") the base is
+With `lora.base_quant` set ("int8", "int4", "nf4", "q4_1") the base is
 `rl_post.models.quant.quantize_base`'s {"params", "scales"} (+ "codebook"
-for 4-bit): quantized projections and their f32 scales. A `params` given
+for 4-bit, "offsets" for q4_1): quantized projections and their f32 scales. A `params` given
 already quantized (`rl_post.models.gguf_q4.load_q4_base`) is kept as it is.
 """
 
@@ -107,8 +107,8 @@ def _check_quantized_base(params, model_config, lora):
   if not same:
     raise ValueError(f"the quantized base params are not what lora.base_quant="
                      f"{lora.base_quant!r} with base_quant_block_size="
-                     f"{lora.base_quant_block_size} makes (a GGUF Q4_0 base is int4 with "
-                     "block 32; a Q4_1 base, with per-block offsets, has no train-state format)")
+                     f"{lora.base_quant_block_size} makes (a GGUF Q4_0 base is int4, a Q4_1 "
+                     "one q4_1, both with block 32)")
 
 
 def _fresh_state(model_config, optimizer, rng, params=None, lora=None):

@@ -85,7 +85,7 @@ def test_q4_base_equals_ggufs_dequantization(tmp_path, qtypes):
                              models.apply(config, reference, tokens), atol=1e-4)
 
 
-def test_q4_0_base_is_an_int4_train_state_base(tmp_path):
+def test_gguf_bases_are_int4_and_q4_1_train_state_bases(tmp_path):
   config, frozen = gguf_q4.load_q4_base(_write(tmp_path / "tiny.gguf", (Q.Q4_0,)))
   lora = lora_lib.LoraConfig(rank=4, base_quant="int4", base_quant_block_size=32)
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1, 1),
@@ -97,6 +97,12 @@ def test_q4_0_base_is_an_int4_train_state_base(tmp_path):
                                       lora)
   assert jax.tree.structure(abstract) == jax.tree.structure(state)
   _, affine = gguf_q4.load_q4_base(_write(tmp_path / "q4_1.gguf", (Q.Q4_1,)))
+  q4_1 = dataclasses.replace(lora, base_quant="q4_1")
+  state = state_lib.create_train_state(config, optax.adam(1e-2), mesh, sharding.DEFAULT_RULES,
+                                       jax.random.key(0), params=affine, lora=q4_1)
+  jax.tree.map(np.testing.assert_array_equal, state.frozen, affine)
+  assert jax.tree.structure(state.frozen) == jax.tree.structure(state_lib.abstract_state(
+      config, optax.adam(1e-2), mesh, sharding.DEFAULT_RULES, q4_1).frozen)
   for base, lora_ in ((frozen, dataclasses.replace(lora, base_quant_block_size=16)),
                       (affine, lora)):
     with pytest.raises(ValueError, match=r"the quantized base params are not what "

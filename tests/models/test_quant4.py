@@ -37,16 +37,19 @@ def test_4bit_matmul_is_within_the_quantizers_bound(fmt):
   w_KxN = jnp.asarray(rng.standard_normal((k, n)) * rng.uniform(0.01, 2, (1, n)), jnp.float32)
   w_KxN = w_KxN.at[block:2 * block, 7].set(0.0)  # an all-zero block stays exact
   x_MxK = jnp.asarray(rng.standard_normal((16, k)), jnp.float32)
-  packed, scale_GxN = quant4.quantize_KxN(w_KxN, fmt, block)
+  packed, scale_GxN, offset_GxN = quant4.quantize_KxN(w_KxN, fmt, block)
   assert packed.shape == (k // 2, n) and scale_GxN.shape == (k // block, n)
+  assert (offset_GxN is not None) == (fmt in quant4.AFFINE)
   levels = quant4.codebook(fmt)
-  w_hat = quant4.dequantize_KxN(packed, scale_GxN, levels)
-  # per entry: |W - level * s| <= HALF_GAP * s (int4: s / 2 with s = max|W_block| / 7)
+  w_hat = quant4.dequantize_KxN(packed, scale_GxN, levels, offset_GxN)
+  # per entry: |W - (level * s + o)| <= HALF_GAP * s (int4: s / 2 with s = max|W_block| / 7;
+  # q4_1: s / 2 with s = (max - min) / 15)
   entry_bound = quant4.HALF_GAP[fmt] * np.repeat(np.asarray(scale_GxN), block, axis=0)
   assert np.all(np.abs(w_KxN - w_hat) <= entry_bound * (1 + 1e-5) + 1e-9)
   assert np.all(w_hat[block:2 * block, 7] == 0)
   exact = x_MxK @ w_KxN
-  adapters = lora_lib.Adapters(weights={}, scales={"mlp": {"up": scale_GxN}}, codebook=levels)
+  adapters = lora_lib.Adapters(weights={}, scales={"mlp": {"up": scale_GxN}}, codebook=levels,
+                               offsets=None if offset_GxN is None else {"mlp": {"up": offset_GxN}})
   quantized = adapters.dense("mlp", "up", x_MxK, packed)
   error, bound = np.abs(quantized - exact), quant4.error_bound_MxN(x_MxK, scale_GxN, fmt)
   assert np.all(error <= bound * (1 + 1e-4) + 1e-5)
@@ -118,7 +121,8 @@ def test_state_keeps_the_base_4bit_at_half_the_int8_bytes(tiny_model_config,
 
 
 @pytest.mark.parametrize("section,message", [
-    (dict(rank=4, base_quant="int3"), r"base_quant must be one of \('', 'int8', 'int4', 'nf4'\)"),
+    (dict(rank=4, base_quant="int3"),
+     r"base_quant must be one of \('', 'int8', 'int4', 'nf4', 'q4_1'\), got 'int3'"),
     (dict(rank=4, base_quant="nf4", base_quant_block_size=3),
      "base_quant_block_size must be an even int >= 2"),
     (dict(rank=0, base_quant="nf4"), "base_quant needs rank > 0"),
@@ -138,7 +142,7 @@ def test_block_size_must_divide_the_last_input_dim(tiny_model_config, make_rando
 def test_backward_keeps_the_packed_codes_not_a_float_weight(capsys):
   k, n = 64, 48
   w_KxN = jnp.asarray(np.random.default_rng(0).standard_normal((k, n)), jnp.float32)
-  packed, scale_GxN = quant4.quantize_KxN(w_KxN, "nf4", 32)
+  packed, scale_GxN, _ = quant4.quantize_KxN(w_KxN, "nf4", 32)
   adapters = lora_lib.Adapters(
       weights={"mlp": {"up": {"A_KxR": jnp.ones((k, 2)), "B_RxN": jnp.ones((2, n))}}},
       scales={"mlp": {"up": scale_GxN}}, codebook=quant4.codebook("nf4"))
