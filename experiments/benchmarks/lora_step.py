@@ -3,7 +3,7 @@ the update's seconds, both measured in the same run, on the same cores.
 
   PYTHONPATH=. python experiments/benchmarks/lora_step.py            # rank 16, all projections
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --rank=8 --targets=q_proj,v_proj
-  PYTHONPATH=. python experiments/benchmarks/lora_step.py --settings=full,lora_int8
+  PYTHONPATH=. python experiments/benchmarks/lora_step.py --settings=full,lora_int8,lora_nf4
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --smoke --out=/tmp/l.json
 
 Each setting runs `experiments/train_rl.py --config=configs/smollm2_135m_grpo.py`
@@ -13,7 +13,8 @@ compilation cache, as `smollm2_step.py` does: peak RSS from the kernel
 (`os.wait4`), per-step times from the run's metrics.jsonl. "full" trains every
 param (AdamW moments for all of them); "lora" sets `rl.lora.rank`, so only the
 adapters train and the frozen base is also the KL reference; "lora_int8" also
-keeps that base int8 (`rl.lora.base_quant`, QLoRA int8). `--smoke` runs
+keeps that base int8 (`rl.lora.base_quant`, QLoRA int8), "lora_nf4" 4-bit NF4
+in blocks of `--block_size` (`rl.lora.base_quant_block_size`). `--smoke` runs
 the config's `tiny` variant for 2 steps. Prints a table and writes
 experiments/benchmarks/results/lora_step.json with the CPU. Timings move with
 the CPU and with anything else running on it.
@@ -31,10 +32,11 @@ from experiments.benchmarks import child_runs, smollm2_step  # noqa: E402
 from rl_post.metrics import host_cpu  # noqa: E402
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "up", "down")
-SETTINGS = ("full", "lora", "lora_int8")
+SETTINGS = ("full", "lora", "lora_int8", "lora_nf4")
 
 
-def lora_flags(setting: str, rank: int, alpha: float, targets: tuple[str, ...]) -> list[str]:
+def lora_flags(setting: str, rank: int, alpha: float, targets: tuple[str, ...],
+               block_size: int = 64) -> list[str]:
   """The train_rl.py overrides of one setting ("full": none)."""
   if setting == "full":
     return []
@@ -43,6 +45,9 @@ def lora_flags(setting: str, rank: int, alpha: float, targets: tuple[str, ...]) 
     flags.append(f"--config.rl.lora.targets=({','.join(repr(t) for t in targets)},)")
   if setting == "lora_int8":
     flags.append("--config.rl.lora.base_quant=int8")
+  if setting == "lora_nf4":
+    flags += ["--config.rl.lora.base_quant=nf4",
+              f"--config.rl.lora.base_quant_block_size={block_size}"]
   return flags
 
 
@@ -76,6 +81,8 @@ def main(argv=None):
   parser.add_argument("--new_tokens", type=int, default=128, help="rl.max_new_tokens")
   parser.add_argument("--rank", type=int, default=16, help="LoRA rank r (> 0)")
   parser.add_argument("--alpha", type=float, default=32.0, help="LoRA alpha")
+  parser.add_argument("--block_size", type=int, default=64,
+                      help="4-bit block length for lora_nf4 (divides 576, 64 and 1536)")
   parser.add_argument("--targets", default=",".join(TARGETS),
                       help="comma-separated projections that get adapters")
   parser.add_argument("--settings", default=",".join(SETTINGS),
@@ -99,11 +106,13 @@ def main(argv=None):
   settings = []
   for name in names:
     with tempfile.TemporaryDirectory() as workdir:
-      settings.append(run_setting(name, lora_flags(name, args.rank, args.alpha, targets),
+      settings.append(run_setting(name, lora_flags(name, args.rank, args.alpha, targets,
+                                                   args.block_size),
                                   args.new_tokens, steps, args.smoke, workdir))
   cpu = host_cpu.describe()
   result = dict(config=smollm2_step.CONFIG + (":tiny" if args.smoke else ""), smoke=args.smoke,
-                rank=args.rank, alpha=args.alpha, targets=targets, cpu=cpu, settings=settings)
+                rank=args.rank, alpha=args.alpha, targets=targets, block_size=args.block_size,
+                cpu=cpu, settings=settings)
   return child_runs.write_result(args.out, result, table(settings))
 
 

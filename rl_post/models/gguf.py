@@ -183,6 +183,14 @@ class GGUFSource:
   def quant_type(self, name) -> str:
     return self._tensors[name].tensor_type.name
 
+  def tensor(self, name):
+    """The reader's tensor (raw blocks, ggml layout) for an HF name."""
+    return self._tensors[name]
+
+  def permuted_heads(self, name) -> int | None:
+    """The head count llama.cpp permuted this tensor's rows by, or None."""
+    return self._permute.get(name)
+
   def get(self, name) -> np.ndarray:
     if name in self._cache:
       self._cache.move_to_end(name)

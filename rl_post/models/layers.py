@@ -105,12 +105,13 @@ class MLP(nnx.Module):
     dt = self.dtype
     # [B*T, E] rows: XLA:CPU runs the backward of 2-D matmuls much faster than 3-D einsums
     x_MxE = x_BxTxE.reshape(-1, x_BxTxE.shape[-1])
-    weights = (self.gate[...].astype(dt), self.up[...].astype(dt), self.down[...].astype(dt))
     if lora is None:
+      weights = (self.gate[...].astype(dt), self.up[...].astype(dt), self.down[...].astype(dt))
       return swiglu_MxE(x_MxE, *weights).reshape(x_BxTxE.shape)
-    gate_MxF = lora.dense("mlp", "gate", x_MxE, weights[0])
-    up_MxF = lora.dense("mlp", "up", x_MxE, weights[1])
-    out_MxE = lora.dense("mlp", "down", jax.nn.silu(gate_MxF) * up_MxF, weights[2])
+    # the stored weights as they are (a quantized base is dequantized by `lora.dense`)
+    gate_MxF = lora.dense("mlp", "gate", x_MxE, self.gate[...])
+    up_MxF = lora.dense("mlp", "up", x_MxE, self.up[...])
+    out_MxE = lora.dense("mlp", "down", jax.nn.silu(gate_MxF) * up_MxF, self.down[...])
     return out_MxE.reshape(x_BxTxE.shape)
 
 
@@ -149,12 +150,11 @@ class Attention(nnx.Module):
 
   def _project(self, x_BxTxE, kernel, bias, lora=None, target=""):
     b, t, e = x_BxTxE.shape
-    _, h, d = kernel.shape
-    kernel_ExHD = kernel[...].astype(self.dtype).reshape(e, h * d)
+    _, h, d = kernel.shape  # a 4-bit kernel packs E: [E / 2, H, D]
     if lora is None:
-      out = dense_MxN(x_BxTxE.reshape(b * t, e), kernel_ExHD)
+      out = dense_MxN(x_BxTxE.reshape(b * t, e), kernel[...].astype(self.dtype).reshape(e, h * d))
     else:
-      out = lora.dense("attn", target, x_BxTxE.reshape(b * t, e), kernel_ExHD)
+      out = lora.dense("attn", target, x_BxTxE.reshape(b * t, e), kernel[...])
     out = out.reshape(b, t, h, d)
     if bias is not None:
       out = out + bias[...].astype(self.dtype)[None, None]
@@ -207,10 +207,10 @@ class Attention(nnx.Module):
     # (heads, head_dim) flattened on both sides: one plain 2-D matmul, so XLA
     # never transposes o_proj (it did, on every decode step).
     b, t, h, d = out_BxTxHxD.shape
-    o_proj_HDxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
     out_MxHD = out_BxTxHxD.astype(self.dtype).reshape(b * t, h * d)
-    if lora is not None:
-      return lora.dense("attn", "o_proj", out_MxHD, o_proj_HDxE).reshape(b, t, -1)
+    if lora is not None:  # the stored o_proj as it is (4-bit: [H, D / 2, E])
+      return lora.dense("attn", "o_proj", out_MxHD, self.o_proj[...]).reshape(b, t, -1)
+    o_proj_HDxE = self.o_proj[...].astype(self.dtype).reshape(h * d, -1)
     return dense_MxN(out_MxHD, o_proj_HDxE).reshape(b, t, -1)
 
   def shared_prefix(self, xp_PxLxE, xs_NxSxE, group_size: int, lora=None):

@@ -54,13 +54,20 @@ class LoraConfig:
       o_proj (attention) and gate, up, down (MLP).
     base_quant: "" keeps the frozen base in its dtype; "int8" stores every
       block projection int8 with per-output-channel scales, applied to each
-      matmul's output (QLoRA, int8: `rl_post.models.quant`).
+      matmul's output; "int4" / "nf4" / "q4_1" store it as 4-bit codes packed
+      two per byte with one scale (q4_1: and one offset) per block of
+      `base_quant_block_size` input values, dequantized one layer at a time
+      before each matmul (QLoRA:
+      `rl_post.models.quant`, `rl_post.models.quant4`).
+    base_quant_block_size: B, the 4-bit block length along a projection's
+      input; must be even and divide each projection's last input dim.
   """
   rank: int = 0
   alpha: float = 16.0
   dropout: float = 0.0
   targets: tuple[str, ...] = tuple(TARGETS)
   base_quant: str = ""
+  base_quant_block_size: int = 64
 
   def __post_init__(self):
     object.__setattr__(self, "targets", tuple(self.targets))
@@ -77,8 +84,11 @@ class LoraConfig:
           self.targets)
     check(not self.enabled or self.targets, "targets", "must name at least one module when "
           "rank > 0", self.targets)
-    check(self.base_quant in ("", "int8"), "base_quant", 'must be "" or "int8"',
-          self.base_quant)
+    check(self.base_quant in ("",) + quant.FORMATS, "base_quant",
+          f"must be one of {('',) + quant.FORMATS}", self.base_quant)
+    size = self.base_quant_block_size
+    check(isinstance(size, int) and not isinstance(size, bool) and size >= 2 and size % 2 == 0,
+          "base_quant_block_size", "must be an even int >= 2", size)
     check(self.enabled or not self.base_quant, "base_quant", "needs rank > 0 (only a frozen "
           "base is quantized)", self.base_quant)
 
@@ -177,23 +187,38 @@ def merge_scaled(params: dict, adapters: dict, scale) -> dict:
 class Adapters:
   """What the layers read to add the adapters' update: `weights`
   ({module: {target: {"A_KxR", "B_RxN"}}}, B already scaled by alpha/r), and
-  optional dropout `keys`, and with an int8 base its per-output-channel
-  `scales` ({module: {target: [*out]}}, `rl_post.models.quant`). Built stacked
-  over [L] by `for_model`; the layer scan slices one layer's view out of it."""
+  optional dropout `keys`, and with a quantized base its `scales`
+  ({module: {target: array}}: int8 per output channel, or 4-bit per block)
+  and for 4-bit the `codebook` levels [16] (and GGUF Q4_1 `offsets`, shaped
+  like the scales), `rl_post.models.quant`. Built stacked over [L] by
+  `for_model` (the codebook repeated per layer); the layer scan slices one
+  layer's view out of it."""
   weights: dict
   keys: Any = None
   scales: Any = None
+  codebook: Any = None
+  offsets: Any = None
   dropout: float = flax.struct.field(pytree_node=False, default=0.0)
 
-  def dense(self, module: str, target: str, x_MxK, w_KxN):
+  def dense(self, module: str, target: str, x_MxK, w):
     """x @ w with w frozen (no gradient), plus the adapter's update if `target` has one.
-    With `scales`, w holds int8 values and the product is scaled per output channel."""
-    w_KxN = jax.lax.stop_gradient(w_KxN)
+
+    `w` is the layer's stored projection, any shape whose size is K * N (it is
+    reshaped to [K, N]). With `scales` and no `codebook`, w holds int8 values and
+    the product is scaled per output channel; with a `codebook`, w holds packed
+    4-bit codes ([K / 2, N] in size), dequantized here to a [K, N] weight."""
+    k = x_MxK.shape[-1]
+    w = jax.lax.stop_gradient(w)
     if self.scales is None:
-      y_MxN = dot_acc32(x_MxK, w_KxN)
-    else:
+      y_MxN = dot_acc32(x_MxK, w.reshape(k, -1).astype(x_MxK.dtype))
+    elif self.codebook is None:
       scale_N = jax.lax.stop_gradient(self.scales[module][target]).reshape(-1)
-      y_MxN = (dot_acc32(x_MxK, w_KxN, jnp.float32) * scale_N[None]).astype(x_MxK.dtype)
+      y_MxN = (dot_acc32(x_MxK, w.reshape(k, -1).astype(x_MxK.dtype), jnp.float32)
+               * scale_N[None]).astype(x_MxK.dtype)
+    else:
+      offset = None if self.offsets is None else self.offsets[module][target]
+      y_MxN = _dequantized_dot(x_MxK, w, *jax.lax.stop_gradient(
+          (self.scales[module][target], self.codebook, offset)))
     adapter = self.weights.get(module, {}).get(target)
     if adapter is None:
       return y_MxN
@@ -207,31 +232,44 @@ class Adapters:
     return y_MxN + dot_acc32(dot_acc32(x_MxK, a_KxR), b_RxN)
 
 
+@jax.checkpoint  # the backward dequantizes again: no float weight is kept for it
+def _dequantized_dot(x_MxK, w, scale, levels_16, offset):
+  """x @ W for one layer's packed 4-bit projection `w` (`quant.dequantize_layer_KxN`)."""
+  return dot_acc32(x_MxK, quant.dequantize_layer_KxN(w, scale, levels_16, offset,
+                                                     x_MxK.shape[-1], x_MxK.dtype))
+
+
 def for_model(adapters: dict, lora: LoraConfig, num_layers: int, rng=None,
-              scales=None) -> Adapters:
+              quantized=None) -> Adapters:
   """The stacked `Adapters` the model's layer scan consumes: B scaled by alpha/r
   (gradients flow through the scaling to B), per-layer dropout keys when
   `rng` is given and `lora.dropout` > 0 (training; no dropout otherwise), and
-  an int8 base's `scales`."""
+  a quantized base's scales, codebook and offsets (`quantized`: the base
+  from `quant.quantize_base`, whose "params" are not read here)."""
   weights = {module: {target: dict(adapter, B_RxN=adapter["B_RxN"] * lora.scale)
                       for target, adapter in targets.items()}
              for module, targets in adapters.items()}
   keys = None
   if rng is not None and lora.dropout > 0:
     keys = jax.random.split(rng, num_layers)
-  return Adapters(weights=weights, keys=keys, scales=scales, dropout=float(lora.dropout))
+  quantized = quantized or {}
+  levels = quantized.get("codebook")
+  if levels is not None:  # the scan slices every leaf per layer
+    levels = jnp.broadcast_to(levels, (num_layers,) + levels.shape)
+  return Adapters(weights=weights, keys=keys, scales=quantized.get("scales"), codebook=levels,
+                  offsets=quantized.get("offsets"), dropout=float(lora.dropout))
 
 
 def model_inputs(trained, frozen, lora: LoraConfig | None, num_layers: int, rng=None):
   """(model params, Adapters or None) from a train state's trained and frozen trees:
-  with adapters (`frozen` holds the base, float or `quant.quantize_base`'s),
+  with adapters (`frozen` holds the base, float or quantized),
   the base behind a stop_gradient and the adapters to apply; without, the
   trained params themselves."""
   if frozen is None:
     return trained, None
   if lora is None or not lora.enabled:
     raise ValueError("a train state with frozen base params needs an enabled LoraConfig")
-  scales = None
+  quantized = None
   if quant.is_quantized(frozen):
-    frozen, scales = frozen["params"], frozen["scales"]
-  return jax.lax.stop_gradient(frozen), for_model(trained, lora, num_layers, rng, scales)
+    frozen, quantized = frozen["params"], frozen
+  return jax.lax.stop_gradient(frozen), for_model(trained, lora, num_layers, rng, quantized)

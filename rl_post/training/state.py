@@ -7,8 +7,10 @@ With LoRA (`rl_post.models.lora`, a `LoraConfig` with rank > 0 passed as
 `lora`), `params` are the adapters, the only leaves the optimizer sees, and
 `frozen` holds the base model's params, which no step changes: the step
 passes them through (donated with the state, so they are never copied).
-With `lora.base_quant="int8"` the base is `rl_post.models.quant.quantize_base`'s
-{"params", "scales"} (int8 projections, f32 scales).
+With `lora.base_quant` set ("int8", "int4", "nf4", "q4_1") the base is
+`rl_post.models.quant.quantize_base`'s {"params", "scales"} (+ "codebook"
+for 4-bit, "offsets" for q4_1): quantized projections and their f32 scales. A `params` given
+already quantized (`rl_post.models.gguf_q4.load_q4_base`) is kept as it is.
 """
 
 from typing import Any
@@ -64,12 +66,11 @@ def state_shardings(model_config, optimizer, mesh, rules, lora=None) -> TrainSta
   frozen_sh = None
   if _lora_on(lora):
     frozen_sh, params_sh = params_sh, adapter_shardings(model_config, lora, mesh, rules)
-    if lora.base_quant:  # the scales split like their projections' output dims
-      abstract_scales = jax.eval_shape(quant.quantize_base,
-                                       models.abstract_params(model_config))["scales"]
-      frozen_sh = {"params": frozen_sh, "scales": sharding.tree_shardings(
-          quant.scale_logical_axes(models.param_logical_axes(model_config)), abstract_scales,
-          mesh, rules)}
+    if lora.base_quant:  # scales split like their projections (int8: the output dims)
+      frozen_sh = sharding.tree_shardings(
+          quant.frozen_logical_axes(models.param_logical_axes(model_config), lora.base_quant),
+          jax.eval_shape(lambda p: _quantized(p, lora), models.abstract_params(model_config)),
+          mesh, rules)
     abstract = lora_lib.abstract_adapters(model_config, lora)
   else:
     abstract = models.abstract_params(model_config)
@@ -89,13 +90,34 @@ def abstract_state(model_config, optimizer, mesh, rules, lora=None) -> TrainStat
                       shapes, shardings)
 
 
+def _quantized(params, lora):
+  """The frozen base for `lora.base_quant`; `params` already quantized are kept."""
+  if quant.is_quantized(params):
+    return params
+  return quant.quantize_base(params, lora.base_quant, lora.base_quant_block_size)
+
+
+def _check_quantized_base(params, model_config, lora):
+  """Raises a one-line ValueError unless an already quantized base has the
+  arrays `lora.base_quant` would make."""
+  expected = jax.eval_shape(lambda p: _quantized(p, lora), models.abstract_params(model_config))
+  same = jax.tree.structure(params) == jax.tree.structure(expected) and all(
+      a.shape == b.shape and a.dtype == b.dtype
+      for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(expected)))
+  if not same:
+    raise ValueError(f"the quantized base params are not what lora.base_quant="
+                     f"{lora.base_quant!r} with base_quant_block_size="
+                     f"{lora.base_quant_block_size} makes (a GGUF Q4_0 base is int4, a Q4_1 "
+                     "one q4_1, both with block 32)")
+
+
 def _fresh_state(model_config, optimizer, rng, params=None, lora=None):
   init_rng, state_rng = jax.random.split(rng)
   if params is None:
     params = models.init_params(model_config, init_rng)
   frozen = None
   if _lora_on(lora):  # the base is frozen; the adapters (B = 0: the base's outputs) train
-    frozen = quant.quantize_base(params) if lora.base_quant else params
+    frozen = _quantized(params, lora) if lora.base_quant else params
     params = lora_lib.init_adapters(model_config, lora, jax.random.fold_in(init_rng, 1))
   return TrainState(step=jax.numpy.zeros((), jax.numpy.int32), params=params,
                     opt_state=optimizer.init(params), rng=state_rng, frozen=frozen)
@@ -115,6 +137,9 @@ def create_train_state(model_config, optimizer, mesh, rules, rng, params=None,
     target = shardings.params
     if _lora_on(lora):
       target = shardings.frozen["params"] if lora.base_quant else shardings.frozen
+      if quant.is_quantized(params):
+        _check_quantized_base(params, model_config, lora)
+        target = shardings.frozen
     params = jax.device_put(params, target)
   init = jax.jit(lambda r, p: _fresh_state(model_config, optimizer, r, p, lora),
                  out_shardings=shardings)
