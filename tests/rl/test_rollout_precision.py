@@ -102,3 +102,14 @@ def test_low_precision_runs_end_to_end(tokenizer_path, tmp_path, monkeypatch, rl
     if "tis_cap" in rl:
       assert 0 < m["is_weight_mean"] <= 2.0
       assert 0 <= m["offpolicy/tis_clip_frac"] <= 1 and "offpolicy/mis_drop_frac" in m
+
+
+def test_episodes_refuse_low_precision_rollouts(tmp_path):
+  from configs import grpo_episodes  # noqa: PLC0415
+  from rl_post.errors import ConfigError  # noqa: PLC0415
+  c = grpo_episodes.get_config("tiny")
+  c.rl.rollout_precision = "int8"
+  with pytest.raises(ConfigError) as info:
+    trainer.train(c, str(tmp_path))
+  assert "rl.rollout_precision" in str(info.value) and "not episodes" in str(info.value)
+  assert "\n" not in str(info.value)
