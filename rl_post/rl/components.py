@@ -95,8 +95,9 @@ class RLComponents:
       raise ConfigError("rl.process_credit", "token", "maps a verifier's step spans onto one "
                         "response; an episode's turns are several: use 'sequence'")
     if self.episodes is not None and rl.recomputes_logp:
-      raise ConfigError("rl.rollout_precision", rl.rollout_precision, "(and rl.tis_cap, "
-                        "rl.mis_high) apply to single-turn rounds, not episodes: use float32, 0")
+      raise ConfigError("rl.rollout_precision", rl.rollout_precision, "low-precision rollouts "
+                        "and their correction (rl.tis_cap, rl.mis_high) run in single-turn "
+                        "rounds, not episodes: keep float32 and 0")
     if self.episodes is not None and jax.process_count() > 1:
       raise ConfigError("episodes.enabled", True, "runs on one process; multi-host RL runs "
                         "single-turn rounds (docs/scale.md)")
