@@ -88,6 +88,10 @@ class LossInputs(NamedTuple):
   adv_NxT: jax.Array
   mask_NxT: jax.Array
   ref_logp_NxT: Any = None
+  # off-policy correction (rl.tis_cap, rl.mis_*; rl_post/rl/off_policy.py): weight of
+  # each token's policy-gradient term against the behaviour policy; None = none.
+  # A loss that does not use `clipped_policy_loss` multiplies it in itself.
+  is_weight_NxT: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,4 +149,4 @@ def clipped_policy_loss(config: PolicyLossConfig, inputs: LossInputs, totals=Non
       clip_low=config.clip_low, clip_high=config.clip_high, dual_clip=config.dual_clip,
       ratio_level=config.ratio_level, kl_coef=config.kl_coef if kl_in_loss else 0.0,
       kl_estimator=config.kl_estimator, entropy_coef=config.entropy_coef,
-      aggregation=config.aggregation, totals=totals)
+      aggregation=config.aggregation, totals=totals, is_weight_NxT=inputs.is_weight_NxT)

@@ -18,6 +18,7 @@ from rl_post.rl import critic as critic_lib
 from rl_post.rl import filtering, shape_buckets
 from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
                                    make_value_fn)
+from rl_post.sampling import low_precision
 from rl_post.sampling.sampler import SamplingConfig
 from rl_post.training import precision
 from rl_post.training import state as state_lib
@@ -80,6 +81,9 @@ class RLComponents:
     buckets = dict(length_buckets=tuple(rl.prompt_buckets)) if rl.prompt_buckets else {}
     self.sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, temperature=rl.temperature,
                                    **buckets)
+    # rl.rollout_precision: the weights and model config the sampler runs (rollouts only)
+    self.rollout_copy = low_precision.copy_fn(rl.rollout_precision)
+    self.rollout_config = low_precision.sampler_config(self.model_config, rl.rollout_precision)
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
     # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
     self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
@@ -90,6 +94,10 @@ class RLComponents:
     if self.episodes is not None and rl.process_credit == "token":
       raise ConfigError("rl.process_credit", "token", "maps a verifier's step spans onto one "
                         "response; an episode's turns are several: use 'sequence'")
+    if self.episodes is not None and rl.recomputes_logp:
+      raise ConfigError("rl.rollout_precision", rl.rollout_precision, "low-precision rollouts "
+                        "and their correction (rl.tis_cap, rl.mis_high) run in single-turn "
+                        "rounds, not episodes: keep float32 and 0")
     if self.episodes is not None and jax.process_count() > 1:
       raise ConfigError("episodes.enabled", True, "runs on one process; multi-host RL runs "
                         "single-turn rounds (docs/scale.md)")

@@ -17,6 +17,7 @@ from rl_post.config_sections import check, from_section
 from rl_post.models.lora import LoraConfig
 from rl_post.rl import registry
 from rl_post.models.logprobs import REMAT_POLICIES
+from rl_post.sampling.low_precision import PRECISIONS as ROLLOUT_PRECISIONS
 
 PROCESS_CREDIT = ("sequence", "token")
 
@@ -90,6 +91,18 @@ class RLConfig:
       reference for the KL term is the base with adapters off (no copy);
       dropout must be 0 (the update's log-probs must equal the sampler's).
     algo: the chosen algorithm's config (set by `load`, not a section field).
+    rollout_precision: the weights the sampler reads: "float32" (the masters
+      themselves, the default), "bfloat16" or "int8" (weight-only), a copy
+      made from the masters for each round of generation
+      (rl_post/sampling/low_precision.py). Other than float32, the trainer
+      recomputes the masters' log-probs of the sampled tokens, uses them as
+      the ratio's old log-probs and reports the gap (`offpolicy/*`).
+    tis_cap: C > 0 weights each token's policy-gradient term by the truncated
+      importance weight min(pi_old / mu, C) against the behaviour policy mu
+      (the sampler's log-probs); 0 = off (rl_post/rl/off_policy.py).
+    mis_low, mis_high: with mis_high > 0, tokens whose pi_old / mu lies
+      outside [mis_low, mis_high] are masked out of the policy-gradient
+      term; mis_high = 0 = off.
     process_credit: where the `process` reward component (the verifier's
       step scores, e.g. arithmetic's column checks, times its weight in
       `rewards.weights`) goes: "sequence" adds it to the sequence's reward;
@@ -139,6 +152,10 @@ class RLConfig:
   process_credit: str = "sequence"
   width_multiple: int = 16
   lora: LoraConfig = LoraConfig()
+  rollout_precision: str = "float32"
+  tis_cap: float = 0.0
+  mis_low: float = 0.0
+  mis_high: float = 0.0
 
   def __post_init__(self):
     if not isinstance(self.lora, LoraConfig):
@@ -195,6 +212,13 @@ class RLConfig:
           "must be an int >= 0 (0 = the rollout's full width)", self.width_multiple)
     check(self.process_credit in PROCESS_CREDIT, "process_credit",
           f"must be one of {PROCESS_CREDIT}", self.process_credit)
+    check(self.rollout_precision in ROLLOUT_PRECISIONS, "rollout_precision",
+          f"must be one of {ROLLOUT_PRECISIONS}", self.rollout_precision)
+    check(self.tis_cap >= 0, "tis_cap", "must be >= 0 (0 = off)", self.tis_cap)
+    check(self.mis_high >= 0, "mis_high", "must be >= 0 (0 = off)", self.mis_high)
+    check(self.mis_high == 0 or 0 <= self.mis_low < 1 < self.mis_high, "mis_low",
+          "and rl.mis_high must satisfy 0 <= mis_low < 1 < mis_high (mis_high = 0: off)",
+          (self.mis_low, self.mis_high))
     if self.algo is None:
       object.__setattr__(self, "algo", alg.config_cls())
     check(isinstance(self.algo, alg.config_cls), "algo",
@@ -233,6 +257,16 @@ class RLConfig:
   @property
   def uses_critic(self) -> bool:
     return self.entry.uses_critic
+
+  @property
+  def corrects_off_policy(self) -> bool:
+    """The update weights tokens against the behaviour policy (TIS or MIS)."""
+    return self.tis_cap > 0 or self.mis_high > 0
+
+  @property
+  def recomputes_logp(self) -> bool:
+    """The trainer recomputes the old log-probs instead of taking the sampler's."""
+    return self.rollout_precision != "float32" or self.corrects_off_policy
 
 
 def section_defaults() -> dict:

@@ -109,7 +109,7 @@ def policy_loss(logp_NxT, old_logp_NxT, adv_N_or_NxT, mask_NxT, *, ref_logp_NxT=
                 entropy_NxT=None, clip_low: float = 0.2, clip_high: float = 0.2,
                 dual_clip: float = 0.0, ratio_level: str = "token", kl_coef: float = 0.0,
                 kl_estimator: str = "k3", entropy_coef: float = 0.0,
-                aggregation: str = "token_mean", totals=None):
+                aggregation: str = "token_mean", totals=None, is_weight_NxT=None):
   """Clipped surrogate + beta KL - entropy bonus, aggregated over trained tokens.
 
   Args:
@@ -121,6 +121,9 @@ def policy_loss(logp_NxT, old_logp_NxT, adv_N_or_NxT, mask_NxT, *, ref_logp_NxT=
     entropy_NxT: per-token entropy (differentiated); required when
       entropy_coef > 0.
     totals: `Totals` of the whole batch (default: of this one).
+    is_weight_NxT: optional importance weight of each token's clipped
+      surrogate against the behaviour policy (`rl_post.rl.off_policy`: TIS,
+      MIS); a constant of the update. None: no weight.
   Returns:
     (loss, metrics dict of scalars, each aggregated with `totals`).
   """
@@ -134,6 +137,8 @@ def policy_loss(logp_NxT, old_logp_NxT, adv_N_or_NxT, mask_NxT, *, ref_logp_NxT=
   log_ratio_NxT = importance_log_ratio(logp_NxT, old_logp_NxT, mask_NxT, ratio_level)
   ratio_NxT = jnp.exp(log_ratio_NxT)
   pg_NxT, clipped_NxT = clipped_surrogate(ratio_NxT, adv_NxT, clip_low, clip_high, dual_clip)
+  if is_weight_NxT is not None:
+    pg_NxT = pg_NxT * jax.lax.stop_gradient(is_weight_NxT.astype(jnp.float32))
   agg = lambda x: aggregate(x, mask_NxT, aggregation, totals)
   token_mean = lambda x: aggregate(x, mask_NxT, "token_mean", totals)
   loss = agg(pg_NxT)
@@ -143,6 +148,8 @@ def policy_loss(logp_NxT, old_logp_NxT, adv_N_or_NxT, mask_NxT, *, ref_logp_NxT=
       "ratio_mean": token_mean(ratio_NxT),
       "approx_kl_old": token_mean(0.5 * (logp_NxT - old_logp_NxT) ** 2),
   }
+  if is_weight_NxT is not None:
+    metrics["is_weight_mean"] = token_mean(is_weight_NxT.astype(jnp.float32))
   if ref_logp_NxT is not None:
     kl_NxT = kl_penalty(logp_NxT, ref_logp_NxT, kl_estimator)
     metrics["kl"] = token_mean(kl_NxT)

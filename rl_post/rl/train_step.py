@@ -3,7 +3,10 @@
 A minibatch holds n rollouts (all [n, T] unless noted):
   tokens     int32   prompt + response + padding
   mask       int32   1 on trained response tokens (0 for dropped sequences)
-  old_logp   f32     behaviour log-probs from the sampler
+  old_logp   f32     behaviour log-probs from the sampler (the masters' own,
+                     recomputed, with `rl.rollout_precision` or TIS/MIS)
+  is_weight  f32     off-policy importance weight (only with TIS/MIS:
+                     rl_post/rl/off_policy.py)
   adv        f32     per-token advantages (the algorithm's estimator)
   ref_logp   f32     frozen reference log-probs  (only when kl_coef > 0)
   old_values f32     critic values at sampling time (only with a critic)
@@ -20,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_post.rl import losses, shape_buckets
+from rl_post.rl import losses, off_policy, shape_buckets
 from rl_post.rl.algorithm import AdvantageInputs, LossInputs
 from rl_post.rl.config import RLConfig
 from rl_post.rl.critic import critic_values
@@ -37,6 +40,8 @@ def batch_ndims(rl: RLConfig) -> dict[str, int]:
     keys["ref_logp"] = 2
   if rl.uses_critic:
     keys.update(old_values=2, returns=2)
+  if rl.corrects_off_policy:
+    keys["is_weight"] = 2
   return keys
 
 
@@ -113,7 +118,8 @@ def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int 
         rl.logprob_chunk, mask_NxT, remat=rl.logprob_remat)  # no logits for prompt-only chunks
     inputs = LossInputs(logp_NxT=logp_NxT, entropy_NxT=entropy_NxT,
                         old_logp_NxT=batch["old_logp"], adv_NxT=batch["adv"],
-                        mask_NxT=mask_NxT, ref_logp_NxT=batch.get("ref_logp"))
+                        mask_NxT=mask_NxT, ref_logp_NxT=batch.get("ref_logp"),
+                        is_weight_NxT=batch.get("is_weight"))
     loss, metrics = alg.loss(cfg, inputs, totals)
     if critic is not None:
       values_NxT = critic_values(cfg.critic, model_config, critic, h_NxTxE, tokens_NxT,
@@ -237,12 +243,24 @@ def _estimate(rl: RLConfig, rewards_N, mask_NxT, old_logp_NxT, process_NxT, ref_
 
 
 def rollout_batch(rl: RLConfig, tokens_NxT, mask_NxT, old_logp_NxT, rewards_N, *,
-                  ref_logp_NxT=None, values_NxT=None, process_NxT=None) -> dict:
+                  ref_logp_NxT=None, values_NxT=None, process_NxT=None,
+                  trainer_logp_NxT=None) -> dict:
   """The update's batch (numpy) from a scored rollout: runs the algorithm's estimator.
 
   Sequences the estimator drops (keep 0, e.g. DAPO's zero-variance groups)
   keep their rows with an all-zero mask, so batch shapes never change.
+  `old_logp_NxT` are the sampler's (behaviour) log-probs; `trainer_logp_NxT`,
+  when given (`rl.recomputes_logp`), the masters' own of the same tokens:
+  they become the batch's old log-probs, and with TIS/MIS the importance
+  weights of the one against the other become `is_weight`.
   """
+  is_weight_NxT = None
+  if trainer_logp_NxT is not None:
+    if rl.corrects_off_policy:
+      is_weight_NxT = off_policy.importance_weight_NxT(
+          jnp.asarray(trainer_logp_NxT), jnp.asarray(old_logp_NxT), jnp.asarray(mask_NxT),
+          tis_cap=rl.tis_cap, mis_low=rl.mis_low, mis_high=rl.mis_high)
+    old_logp_NxT = trainer_logp_NxT
   out = _estimate(rl, jnp.asarray(rewards_N), jnp.asarray(mask_NxT), jnp.asarray(old_logp_NxT),
                   process_NxT, ref_logp_NxT, values_NxT)
   batch = dict(tokens=tokens_NxT, mask=out.keep_N, old_logp=old_logp_NxT, adv=out.adv_NxT)
@@ -250,4 +268,9 @@ def rollout_batch(rl: RLConfig, tokens_NxT, mask_NxT, old_logp_NxT, rewards_N, *
     batch["ref_logp"] = ref_logp_NxT
   if rl.uses_critic:
     batch.update(old_values=values_NxT, returns=out.returns_NxT)
+  if rl.corrects_off_policy:
+    if is_weight_NxT is None:
+      raise ValueError("rl.tis_cap / rl.mis_high need the trainer's log-probs "
+                       "(trainer_logp_NxT)")
+    batch["is_weight"] = is_weight_NxT
   return jax.tree.map(np.asarray, jax.device_get(batch))

@@ -50,6 +50,7 @@ from rl_post.rewards.scoring import reward_metrics
 from rl_post.rl import async_rewards
 from rl_post.rl import critic as critic_lib
 from rl_post.rl import filtering
+from rl_post.rl import off_policy
 from rl_post.rl.components import RLComponents
 from rl_post.rl.config import RLConfig
 from rl_post.rl.train_step import rollout_batch, shared_prefix_len, trim_batch, used_width
@@ -157,8 +158,9 @@ def _launch_round(c: RLComponents, params, ref_params, pool, timer, it: int, rnd
         lambda ts: batching.encode_prompts(tok, ts, rl.max_prompt_len), tasks_N)
     if rnd:  # refill rounds of dynamic filtering; round 0 keeps the unfiltered key
       key = jax.random.fold_in(key, rnd)
-    rollout = generate(params, prompts, lens, key,
-                       model_config=c.model_config, config=c.sampling,
+    # rl.rollout_precision: the sampler may read a low-precision copy of the masters
+    rollout = generate(c.rollout_copy(params), prompts, lens, key,
+                       model_config=c.rollout_config, config=c.sampling,
                        eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
     host = process_data.fetch(rollout)
   with timer("reward"):
@@ -166,8 +168,11 @@ def _launch_round(c: RLComponents, params, ref_params, pool, timer, it: int, rnd
     ref_fn = c.ref_fn_for(shared_prefix_len(rl, host.tokens_BxT))
     ref_logp = None if ref_params is None else ref_fn(ref_params, rollout.tokens_BxT,
                                                        rollout.loss_mask_BxT)
+    # the masters' own log-probs of the sampled tokens (rl_post/rl/off_policy.py)
+    trainer_logp = (ref_fn(params, rollout.tokens_BxT, rollout.loss_mask_BxT)
+                    if rl.recomputes_logp else None)
   return dict(tasks_N=tasks_N, host=host, pending=pending, ref_logp=ref_logp,
-              tokens=rollout.tokens_BxT)
+              tokens=rollout.tokens_BxT, trainer_logp=trainer_logp)
 
 
 def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
@@ -176,9 +181,10 @@ def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
     values = (c.value_fn(state.params, state.critic, launched["tokens"], state.frozen)
               if c.rl.uses_critic else None)
     rewards = launched["pending"].result()
-  ref_logp = launched["ref_logp"]
+  ref_logp, trainer_logp = launched["ref_logp"], launched.get("trainer_logp")
   return dict(tasks_N=launched["tasks_N"], host=launched["host"], rewards=rewards,
               ref_logp=None if ref_logp is None else process_data.fetch(ref_logp),
+              trainer_logp=None if trainer_logp is None else process_data.fetch(trainer_logp),
               values=None if values is None else process_data.fetch(values))
 
 
@@ -348,7 +354,8 @@ def train(config, workdir: str) -> dict:
     if rl.process_credit == "token":
       rewards_N, process_NxT = _process_token_rewards(c, tasks_N, rewards, host)
     batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, rewards_N,
-                          ref_logp_NxT=ref_logp, values_NxT=values, process_NxT=process_NxT)
+                          ref_logp_NxT=ref_logp, values_NxT=values, process_NxT=process_NxT,
+                          trainer_logp_NxT=picked.get("trainer_logp"))
     batch = injector.poison(it + 1, batch, "adv")
     if c.trims_width:  # rows end early: the trailing positions are padding everywhere
       batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.mask_BxT))
@@ -366,6 +373,10 @@ def train(config, workdir: str) -> dict:
       if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
         jax.block_until_ready(device)
     metrics = _rollout_metrics(tasks_N, rewards, host, rl)
+    if picked.get("trainer_logp") is not None:  # the sampler/trainer log-prob gap
+      metrics.update(off_policy.gap_metrics(picked["trainer_logp"], host.logp_BxT,
+                                            host.loss_mask_BxT, tis_cap=rl.tis_cap,
+                                            mis_low=rl.mis_low, mis_high=rl.mis_high))
     metrics.update(filter_metrics)
     if rl.shared_prefix:  # leading positions the update ran once per group
       metrics["rollout/shared_prefix_len"] = float(prefix_len)
