@@ -34,7 +34,7 @@ EXTRAS_REQUIRE = {
         # Reference implementations for parity tests (CPU build of torch).
         "torch==2.13.0",
         "transformers==5.24.0",
-        # tests/test_colab.py executes colab/quickstart.ipynb in a kernel.
+        # tests/project/test_colab.py executes colab/quickstart.ipynb in a kernel.
         "nbclient==0.11.0",
         "nbformat==5.11.1",
         "ipykernel==7.4.0",

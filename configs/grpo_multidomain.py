@@ -13,7 +13,7 @@ answer format first. Results and commands: docs/multidomain.md.
       --workdir=/tmp/rl_post/multi_sft
   python experiments/train_rl.py --config=configs/grpo_multidomain.py \
       --workdir=/tmp/rl_post/multi_grpo --config.rl.init_from=/tmp/rl_post/multi_sft/export
-  # CPU smoke run (tests/test_multidomain_run.py): the same commands with :tiny
+  # CPU smoke run (tests/rl/test_multidomain_run.py): the same commands with :tiny
 """
 
 from configs import base

@@ -73,7 +73,7 @@ def get_config(variant: str = ""):
   mixture = dict(quick=QUICK_MIXTURE, arith_code=ARITH_CODE_MIXTURE).get(variant, MIXTURE)
   c = recipe_sections(pretrained_sections(base.get_base()), mixture)
   # remat + chunked log-softmax + 4 micro-batches keep the update within a laptop's memory
-  # (tests/test_smollm2_rl_step.py: one step at 128 new tokens under 6 GiB peak RSS).
+  # (tests/rl/test_smollm2_rl_step.py: one step at 128 new tokens under 6 GiB peak RSS).
   # shared_prefix: each group's prompt runs through the update once, not G times.
   # 64 new tokens: the arithmetic answers take 10-20; code's longer programs are cut.
   # 12 steps: the validation seed gained +25 points greedy by then on four domains

@@ -1,9 +1,12 @@
 """Shared fixtures: a small trained tokenizer and tiny model configs; one XLA
-compilation cache for the whole run."""
+compilation cache for the whole run.
+
+pytest.ini puts the repository root on `sys.path` (tests import `configs`,
+`experiments.benchmarks.<name>` and `launch.supervise` as packages) and tests/support,
+the helpers shared by several test folders (`child_process`, `rl_fixtures`, ...)."""
 
 import os
 import shutil
-import sys
 import tempfile
 import uuid
 
@@ -32,7 +35,7 @@ def _run_compilation_cache() -> str | None:
 
 
 def _add_test_xla_flags() -> None:
-  """Appends the suite's XLA flags (tests/child_process.py) to the caller's."""
+  """Appends the suite's XLA flags (tests/support/child_process.py) to the caller's."""
   from child_process import TEST_XLA_FLAGS
   flags = os.environ.get("XLA_FLAGS", "")
   if TEST_XLA_FLAGS not in flags:
@@ -44,10 +47,6 @@ _add_test_xla_flags()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:  # `configs.base` (configs/ import it), `experiments.benchmarks.<name>`
-  sys.path.insert(0, ROOT)
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

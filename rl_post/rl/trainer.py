@@ -235,7 +235,7 @@ def _release_before_update(step_fn, state, batch, compiled: set) -> None:
   buffers and, on the first call of each shape, from the compiler's own
   working memory, which grows with the compile threads (the host's cores).
   Released after the compile, neither stays resident while the temp buffer
-  is (tests/test_smollm2_rl_step.py measures SmolLM2-135M's step).
+  is (tests/rl/test_smollm2_rl_step.py measures SmolLM2-135M's step).
   """
   key = (id(step_fn),) + tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch))
   if key not in compiled:

@@ -269,9 +269,9 @@ def test_config_errors_and_selection():
 
 
 def test_sharded_update_equals_single_device():
-  report = json_report(os.path.join(TESTS, "adamw_8bit_sharded.py"))
+  report = json_report(os.path.join(TESTS, "parallel", "adamw_8bit_sharded.py"))
   assert report["param_change"] > 1e-3  # the steps moved the params
-  # f32 Adam agrees to 1e-4 here (tests/test_sharding.py); a moment whose f32 reduction
+  # f32 Adam agrees to 1e-4 here (tests/parallel/test_sharding.py); a moment whose f32 reduction
   # noise crosses a code midpoint moves by one map step (<= 1.4% of its block's absmax),
   # so the sharded params may differ by about that share of one lr-sized update.
   assert report["params_after_2_steps_max_diff"] < 1e-3

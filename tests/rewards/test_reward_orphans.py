@@ -1,0 +1,69 @@
+"""kill -9 of the trainer leaves no reward worker (or its sandbox) behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+TRAINER = textwrap.dedent("""
+    import sys
+    from rl_fixtures import BATCH_DOMAIN, FAULTY_DOMAIN
+    from rl_post.rewards.pool import RewardPool
+    from rl_post.rewards.scoring import RewardConfig
+    from rl_post.tasks.base import Task
+
+    pool = RewardPool(RewardConfig(num_workers=2, timeout_s=600,
+                                   sandbox={"isolation": "process", "num_workers": 1}))
+    # both workers start their sandbox ...
+    assert pool.score([Task(str(i), BATCH_DOMAIN, "p", 1, None) for i in range(2)],
+                      ["print(1)"] * 2).correct_N.all()
+    # ... then one stays idle and one is inside a verifier that sleeps for 600 s
+    pending = pool.submit([Task("0", FAULTY_DOMAIN, "p", 1, "hang")], ["1"])
+    print(" ".join(map(str, pool.worker_pids())), flush=True)
+    pending.result()
+""")
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      return "State:\tZ" not in f.read()  # a zombie has exited
+  except FileNotFoundError:
+    return False
+
+
+def _descendants(pids: list[int]) -> set[int]:
+  parent = {}
+  for entry in os.listdir("/proc"):
+    if entry.isdigit():
+      try:
+        with open(f"/proc/{entry}/stat") as f:
+          parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+      except (FileNotFoundError, ProcessLookupError):
+        pass
+  found, frontier = set(), set(pids)
+  while frontier:
+    frontier = {p for p, pp in parent.items() if pp in frontier} - found
+    found |= frontier
+  return found
+
+
+def test_workers_and_their_sandboxes_die_with_a_killed_trainer():
+  support = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([support] + sys.path))
+  trainer = subprocess.Popen([sys.executable, "-c", TRAINER], stdout=subprocess.PIPE, env=env,
+                             text=True)
+  pids = [int(p) for p in trainer.stdout.readline().split()]
+  assert len(pids) == 2 and all(_alive(p) for p in pids)
+  time.sleep(1.0)  # let one worker enter the hanging verifier
+  sandboxes = _descendants(pids)
+  assert len(sandboxes) >= 2  # at least one sandbox process per worker
+  pids += sorted(sandboxes)
+  os.kill(trainer.pid, signal.SIGKILL)
+  trainer.wait()
+  deadline = time.monotonic() + 20
+  while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not any(_alive(p) for p in pids)
