@@ -1,9 +1,9 @@
 """The RL trainer loop: tasks -> rollouts -> rewards -> advantages -> update.
 
 One iteration, as data (N = B prompts x G generations):
-  mixture.sample(step)          -> B tasks
-  sampler.generate              -> tokens/logp/mask [N, T]     (jitted, sharded)
-  reward pool (worker processes) -> rewards [N]                (overlaps ref logp)
+  rollout source (rl.rollout_source) -> B tasks, tokens/logp/mask [N, T], rewards [N]
+      single-turn: mixture.sample -> sampler.generate -> reward pool (overlaps ref logp);
+      episodes: the episode loop with tools (rl/rollout_source.py has the contract)
   rl.algorithm's estimator      -> adv [N, T]   (registry entry; critic values for PPO)
   train_step x epochs x minibatches                            (jitted, donated)
 With dynamic filtering (`filtering.enabled`), further rounds of B prompts
@@ -34,18 +34,14 @@ from rl_post import errors
 from rl_post.checkpoint.manager import (CheckpointManager, CheckpointMismatchError,
                                         CorruptCheckpointError)
 from rl_post.checkpoint.params import load_model_config, load_params
-from rl_post.data import batching, domain_stats, tokenizer_fingerprint
+from rl_post.data import tokenizer_fingerprint
 from rl_post.errors import ConfigError, MissingInputError
-from rl_post.eval import episodes as episode_eval
-from rl_post.eval.completion import eval_metrics, evaluate
 from rl_post.metrics import progress as progress_lib
 from rl_post.metrics.compiles import CompileClock
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import process_data
 from rl_post.rewards import process_credit
-from rl_post.rewards.pool import RewardPool
-from rl_post.rewards.process_split import ProcessSplitPool
 from rl_post.rewards.scoring import reward_metrics
 from rl_post.rl import async_rewards
 from rl_post.rl import critic as critic_lib
@@ -53,7 +49,6 @@ from rl_post.rl import filtering
 from rl_post.rl.components import RLComponents
 from rl_post.rl.config import RLConfig
 from rl_post.rl.train_step import rollout_batch, shared_prefix_len, trim_batch, used_width
-from rl_post.sampling.sampler import generate
 from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultInjector, FaultLog
 from rl_post.training import host_memory
@@ -123,51 +118,18 @@ def _process_token_rewards(c: RLComponents, tasks_N, rewards, host):
   return rewards.rewards_N - totals_N, process_NxT
 
 
-def _evaluate_heldout(c: RLComponents, params, step: int, pool: RewardPool) -> dict:
-  """Held-out completion rate, greedy and sampled at the training temperature (episodes:
-  verified success, tool use, turns, tokens and pass@k; rl_post/eval/episodes.py)."""
-  if c.episodes is not None:
-    return episode_eval.evaluate(c.episodes, params, model_config=c.model_config,
-                                 rng=jax.random.fold_in(c.ctx.key("eval"), step),
-                                 batch_size=c.rl.rollouts_per_step)
-  if not c.mixture.heldout:
-    return {}
-  metrics = {}
-  for prefix, sampling in (("eval", c.eval_sampling), ("eval_sampled", c.sampling)):
-    result = evaluate(c.model_config, params, c.ctx.tokenizer, c.mixture.heldout,
-                      sampling=sampling, max_prompt_len=c.rl.max_prompt_len,
-                      batch_size=c.rl.rollouts_per_step,
-                      rng=jax.random.fold_in(c.ctx.key("eval"), step), shard=c.shard,
-                      reward_pool=pool)
-    metrics.update(eval_metrics(result, prefix))
-  return metrics
+def _rollout_key(c: RLComponents, it: int, rnd: int):
+  """The sampling key of round `rnd` of iteration `it`: a function of (seed, it, rnd),
+  so a resumed run draws the same; round 0 keeps the unfiltered run's key."""
+  key = jax.random.fold_in(c.ctx.key("rollout"), it)
+  return jax.random.fold_in(key, rnd) if rnd else key
 
 
-def _launch_round(c: RLComponents, params, ref_params, pool, timer, it: int, rnd: int) -> dict:
-  """Generates one round of B prompts x G generations and starts scoring it
-  (round 0: the step's batch); reference log-probs are dispatched, not awaited."""
-  if c.episodes is not None:
-    return c.episodes.launch(c, params, ref_params, timer, it, rnd)
-  rl, tok, ctx = c.rl, c.ctx.tokenizer, c.ctx
-  key = jax.random.fold_in(ctx.key("rollout"), it)
-  with timer("rollout"):
-    tasks = c.mixture.sample(it, rl.batch_size, round=rnd)
-    tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
-    prompts, lens = c.build_rows(  # multi-host: each process encodes only its rows
-        lambda ts: batching.encode_prompts(tok, ts, rl.max_prompt_len), tasks_N)
-    if rnd:  # refill rounds of dynamic filtering; round 0 keeps the unfiltered key
-      key = jax.random.fold_in(key, rnd)
-    rollout = generate(params, prompts, lens, key,
-                       model_config=c.model_config, config=c.sampling,
-                       eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
-    host = process_data.fetch(rollout)
-  with timer("reward"):
-    pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
-    ref_fn = c.ref_fn_for(shared_prefix_len(rl, host.tokens_BxT))
-    ref_logp = None if ref_params is None else ref_fn(ref_params, rollout.tokens_BxT,
-                                                       rollout.loss_mask_BxT)
-  return dict(tasks_N=tasks_N, host=host, pending=pending, ref_logp=ref_logp,
-              tokens=rollout.tokens_BxT)
+def _launch_round(c: RLComponents, params, ref_params, timer, it: int, rnd: int) -> dict:
+  """One round of B tasks x G rollouts from the run's source, its rewards being
+  scored and reference log-probs dispatched (round 0: the step's batch)."""
+  return c.source.launch(params, ref_params, it=it, rnd=rnd, key=_rollout_key(c, it, rnd),
+                         timer=timer)
 
 
 def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
@@ -182,23 +144,11 @@ def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
               values=None if values is None else process_data.fetch(values))
 
 
-def _rollout_round(c: RLComponents, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
+def _rollout_round(c: RLComponents, state, ref_params, timer, it: int, rnd: int) -> dict:
   """One round, launched and scored at once (the synchronous path)."""
   return _finish_round(c, state, _launch_round(c, c.policy_params(state),
-                                               c.reference_params(state, ref_params), pool,
+                                               c.reference_params(state, ref_params),
                                                timer, it, rnd), timer)
-
-
-def _update_mixture(c: RLComponents, scored: dict) -> dict:
-  """Feeds every scored round to the curriculum; returns per-domain/difficulty stats."""
-  if c.episodes is not None:  # episode tasks are not the mixture's
-    return c.episodes.step_metrics(scored)
-  rewards = scored["rewards"]
-  c.mixture.update(scored["tasks_N"], domain_stats.passed(rewards.verdicts))
-  metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts, rewards.rewards_N,
-                                        rewards.components, rewards.error_kinds)
-  metrics.update(c.mixture.curriculum_metrics())
-  return metrics
 
 
 def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
@@ -311,7 +261,7 @@ def train(config, workdir: str) -> dict:
   check_not_past(start, rl.num_steps, "rl.num_steps", workdir)
   ctx.write_config(start)  # after the restore: a workdir the config does not fit keeps its own
   writer = MetricWriter(workdir, truncate_after_step=start)
-  pool = ProcessSplitPool(RewardPool(c.rewards, c.tasks.domain_options))  # per host
+  c.source.start()  # single-turn: the reward pool, one per host
   timer = StepTimer(compile_clock=compile_clock)
   # on XLA:CPU the device's buffers are host memory (rl_post.training.host_memory)
   release_memory = host_memory.runs_on_cpu()
@@ -329,12 +279,12 @@ def train(config, workdir: str) -> dict:
     """Step it + 1's rollout, scored: (picked, scored, filter_metrics)."""
     if pipeline is None:
       return filtering.collect(
-          lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
+          lambda rnd: _rollout_round(c, state, ref_params, timer, it, rnd),
           lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
     # batches up to it + staleness launched with the current policy (async_rewards.py)
     entry, filter_metrics = pipeline.next(
         it, lambda j: _launch_round(c, c.policy_params(state),
-                                    c.reference_params(state, ref_params), pool, timer, j, 0))
+                                    c.reference_params(state, ref_params), timer, j, 0))
     picked = _finish_round(c, state, entry.payload, timer)
     return picked, picked, filter_metrics
 
@@ -371,7 +321,7 @@ def train(config, workdir: str) -> dict:
       metrics["rollout/shared_prefix_len"] = float(prefix_len)
     metrics["rollout/update_width"] = float(batch["tokens"].shape[1])
     metrics["rollout/width"] = float(host.tokens_BxT.shape[1])
-    metrics.update(_update_mixture(c, scored))
+    metrics.update(c.source.observe(scored))
     metrics.update(timer.metrics())
     timer.reset()
     step = dict(done=it + 1, device=device, host=metrics, start=step_start,
@@ -430,7 +380,8 @@ def train(config, workdir: str) -> dict:
     metrics.update(progress.update(done, now=step["end"]))
     if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
       eval_start, (_, eval_built) = time.perf_counter(), compile_clock.peek()
-      evaluated = _evaluate_heldout(c, c.policy_params(state), done, pool)
+      evaluated = c.source.evaluate(c.policy_params(state), step=done,
+                                    key=jax.random.fold_in(ctx.key("eval"), done))
       if evaluated:  # its time, reported with the step it follows
         metrics.update(evaluated)
         metrics["time/eval_s"] = time.perf_counter() - eval_start
@@ -460,9 +411,10 @@ def train(config, workdir: str) -> dict:
            "time/setup_compile_s": setup_compile_s}
   logging.info("rl setup (model, state, reward pool) took %.1fs, %d programs built in %.1fs",
                setup["time/setup_s"], setup_programs, setup_compile_s)
-  if c.shapes is not None:  # rl_post/rl/shape_buckets.py
-    logging.info("rl shapes: %s", c.shapes.describe())
-    setup["compile/update_programs_bound"] = float(c.shapes.update_programs)
+  shapes = c.source.shapes
+  if shapes is not None:  # rl_post/rl/shape_buckets.py
+    logging.info("rl shapes: %s", shapes.describe())
+    setup["compile/update_programs_bound"] = float(shapes.update_programs)
   dispatched = None
   try:
     while it < rl.num_steps or dispatched is not None:
@@ -490,8 +442,6 @@ def train(config, workdir: str) -> dict:
     preempt.__exit__()
     checkpoints.close()
     writer.close()
-    pool.close()
-    if c.episodes is not None:
-      c.episodes.close()
+    c.source.close()
   return {"state": state, "metrics": last_metrics, "context": ctx,
           "preempted": it < rl.num_steps}
