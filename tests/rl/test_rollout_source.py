@@ -38,7 +38,8 @@ def _doc_example() -> str:
   """The `# my_project/fixed_tasks.py` block of docs/algorithms.md's rollout-source section."""
   text = (DOCS / "algorithms.md").read_text()
   start = text.index("\n### A new rollout source (`rl.rollout_source`)\n")
-  section = text[start:text.index("\n## ", start)]
+  end = re.compile(r"^##+ ", re.M).search(text, start + 2)
+  section = text[start:end.start() if end else len(text)]
   blocks = re.findall(r"^```python\n(.*?)^```", section, re.M | re.S)
   assert len(blocks) == 1 and blocks[0].startswith("# my_project/fixed_tasks.py\n")
   return blocks[0]
