@@ -4,7 +4,8 @@
                     call_success_weight=1.0)
   python experiments/train_rl.py --config=configs/grpo_episodes.py:tiny --workdir=/tmp/ep
 
-With `episodes.enabled`, every rollout round of `rl_post.rl.trainer` runs
+With `episodes.enabled`, the RL trainer's rollout source is
+`rl_post.rl.episode_source`, over these rounds: every rollout round runs
 `rl.batch_size` tasks x `rl.num_generations` episodes with the episode loop
 (`rl_post.envs.episodes.run_episodes`) instead of one single-turn
 `generate`; the rest of the trainer is unchanged: the algorithm from the
@@ -44,7 +45,6 @@ import concurrent.futures
 import dataclasses
 from typing import Optional
 
-import jax
 import numpy as np
 
 from rl_post.config_sections import from_section
@@ -202,15 +202,13 @@ class EpisodeRounds:
                                              max_turns=self.config.max_turns,
                                              extra_tools=self.extra_tools) for t in tasks]
 
-  def launch(self, c, params, ref_params, timer, it: int, rnd: int) -> dict:
-    """One round: B tasks x G episodes, scored; the same dict as the trainer's
-    `_launch_round` (its rewards already done; reference log-probs dispatched)."""
+  def launch(self, c, params, ref_params, timer, it: int, rnd: int, key) -> dict:
+    """One round: B tasks x G episodes sampled with `key`, scored; a
+    `rl_post.rl.rollout_source.Round` (its rewards already done; reference
+    log-probs dispatched)."""
     rl = c.rl
     if rnd == 0:  # a step's first round (also after a guard rollback)
       self._metrics = EpisodeMetrics()
-    key = jax.random.fold_in(c.ctx.key("rollout"), it)
-    if rnd:
-      key = jax.random.fold_in(key, rnd)
     with timer("rollout"):
       tasks = draw_tasks(self.config, self.seed, it, rnd, rl.batch_size, self.domains,
                          self._heldout_keys)

@@ -1,6 +1,6 @@
 """What an RL run is built from, once, from its config: the run context,
-validated sections, optimizer(s), shardings and the jitted update,
-reference and value functions (used by `rl_post.rl.trainer`)."""
+validated sections, the rollout source, optimizer(s), shardings and the
+jitted update, reference and value functions (used by `rl_post.rl.trainer`)."""
 
 import jax
 import numpy as np
@@ -8,14 +8,13 @@ import numpy as np
 from rl_post.config_sections import from_section
 from rl_post.data import eval_sets
 from rl_post.data.mixture import TaskConfig
-from rl_post.envs import trainer_rounds
 from rl_post.errors import ConfigError
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import process_data, sharding
 from rl_post.rewards.scoring import RewardConfig
 from rl_post.rl import config as rl_config
 from rl_post.rl import critic as critic_lib
-from rl_post.rl import filtering, shape_buckets
+from rl_post.rl import filtering, rollout_source
 from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
                                    make_value_fn)
 from rl_post.sampling import low_precision
@@ -70,7 +69,8 @@ class RLComponents:
     for name, section in rl_sections(config).items():
       setattr(self, name, section)
     rl = self.rl
-    self.ctx = ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
+    source_cls = rollout_source.source_class(rl.rollout_source, config)
+    self.ctx = ctx = setup_run(config, workdir, tokenizer=source_cls.tokenizer_for(config))
     # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
     self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
     divisor = ctx.batch_divisor()
@@ -85,22 +85,9 @@ class RLComponents:
     self.rollout_copy = low_precision.copy_fn(rl.rollout_precision)
     self.rollout_config = low_precision.sampler_config(self.model_config, rl.rollout_precision)
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
-    # multi-turn episode rounds when config.episodes.enabled (rl_post/envs/trainer_rounds.py)
-    self.episodes = trainer_rounds.from_config(config, rl, ctx.tokenizer, self.sampling)
-    if self.episodes is not None and rl.shared_prefix:
-      raise ConfigError("rl.shared_prefix", True, "applies to prompt x G rollouts; multi-turn "
-                        "episodes (episodes.enabled) do not share a fixed prompt region: turn "
-                        "it off")
-    if self.episodes is not None and rl.process_credit == "token":
-      raise ConfigError("rl.process_credit", "token", "maps a verifier's step spans onto one "
-                        "response; an episode's turns are several: use 'sequence'")
-    if self.episodes is not None and rl.recomputes_logp:
-      raise ConfigError("rl.rollout_precision", rl.rollout_precision, "low-precision rollouts "
-                        "and their correction (rl.tis_cap, rl.mis_high) run in single-turn "
-                        "rounds, not episodes: keep float32 and 0")
-    if self.episodes is not None and jax.process_count() > 1:
-      raise ConfigError("episodes.enabled", True, "runs on one process; multi-host RL runs "
-                        "single-turn rounds (docs/scale.md)")
+    # where rollouts come from: single-turn, episodes, or a "module:Class" of the config's
+    # (rl_post/rl/rollout_source.py); its own settings are checked here
+    self.source = source_cls(self, config)
     self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))  # unbuilt: a user error
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
@@ -130,9 +117,6 @@ class RLComponents:
     # context axis splits the sequence into fixed blocks
     self.trims_width = bool(rl.width_multiple) and cp_mesh is None
     self.step_fn, self.ref_fn = self.step_fn_for(0), self.ref_fn_for(0)
-    # the update and reference shapes single-turn rounds can reach (episodes: rl_post/envs)
-    self.shapes = (shape_buckets.plan(rl, self.sampling.length_buckets, self.trims_width)
-                   if self.episodes is None else None)
     if rl.uses_critic:
       self.value_fn = jax.jit(make_value_fn(self.model_config, rl, cp_mesh))
 

@@ -121,6 +121,10 @@ class RLConfig:
       fits the batch's longest prompt); () = the sampler's powers of two.
       (max_prompt_len,) gives one compiled shape for every batch of a
       mixture whose prompt lengths vary (sql schemas next to short sums).
+    rollout_source: where rollouts come from (`rl_post.rl.rollout_source`):
+      "single_turn", "episodes", or "module:Class" of a `RolloutSource`
+      subclass; "" = episodes when the `episodes` section is enabled, else
+      single-turn.
   """
   algorithm: str = "grpo"
   num_steps: int = 100
@@ -156,6 +160,7 @@ class RLConfig:
   tis_cap: float = 0.0
   mis_low: float = 0.0
   mis_high: float = 0.0
+  rollout_source: str = ""
 
   def __post_init__(self):
     if not isinstance(self.lora, LoraConfig):
@@ -210,6 +215,8 @@ class RLConfig:
             f"({self.num_generations})", self.shared_prefix)
     check(isinstance(self.width_multiple, int) and self.width_multiple >= 0, "width_multiple",
           "must be an int >= 0 (0 = the rollout's full width)", self.width_multiple)
+    check(isinstance(self.rollout_source, str), "rollout_source",
+          'must be a name or "module:Class"', self.rollout_source)
     check(self.process_credit in PROCESS_CREDIT, "process_credit",
           f"must be one of {PROCESS_CREDIT}", self.process_credit)
     check(self.rollout_precision in ROLLOUT_PRECISIONS, "rollout_precision",

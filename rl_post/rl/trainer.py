@@ -1,9 +1,9 @@
 """The RL trainer loop: tasks -> rollouts -> rewards -> advantages -> update.
 
 One iteration, as data (N = B prompts x G generations):
-  mixture.sample(step)          -> B tasks
-  sampler.generate              -> tokens/logp/mask [N, T]     (jitted, sharded)
-  reward pool (worker processes) -> rewards [N]                (overlaps ref logp)
+  rollout source (rl.rollout_source) -> B tasks, tokens/logp/mask [N, T], rewards [N]
+      single-turn: mixture.sample -> sampler.generate -> reward pool (overlaps ref logp);
+      episodes: the episode loop with tools (rl/rollout_source.py has the contract)
   rl.algorithm's estimator      -> adv [N, T]   (registry entry; critic values for PPO)
   train_step x epochs x minibatches                            (jitted, donated)
 With dynamic filtering (`filtering.enabled`), further rounds of B prompts
@@ -18,9 +18,14 @@ Programs built (traced and compiled) are counted and timed apart
 (`time/compile_s`, `compile/programs`, `time/<phase>_compile_s`), and
 `throughput/rollout_tokens_per_s` leaves the rollout's compile time out.
 Checkpoints hold the TrainState, the iteration count and the mixture's
-curriculum state; task batches and sampling keys are functions of (seed,
-iteration, round) and that state, so a resumed run repeats exactly what an
-uninterrupted one would have done.
+curriculum state (rl/start_state.py); task batches and sampling keys are
+functions of (seed, iteration, round) and that state, so a resumed run
+repeats exactly what an uninterrupted one would have done.
+
+The loop's state is explicit (rl/loop_state.py): `Run` holds what it uses,
+`LoopState` what each iteration changes, `Step` an update still on the
+device; finishing a step returns an `Outcome` (ok, rolled back by the guard,
+preempted by SIGTERM) that the loop in `train` acts on.
 """
 
 import os
@@ -30,66 +35,25 @@ import jax
 import numpy as np
 from absl import logging
 
-from rl_post import errors
-from rl_post.checkpoint.manager import (CheckpointManager, CheckpointMismatchError,
-                                        CorruptCheckpointError)
-from rl_post.checkpoint.params import load_model_config, load_params
-from rl_post.data import batching, domain_stats, tokenizer_fingerprint
-from rl_post.errors import ConfigError, MissingInputError
-from rl_post.eval import episodes as episode_eval
-from rl_post.eval.completion import eval_metrics, evaluate
+from rl_post.checkpoint.manager import CheckpointManager
+from rl_post.data import tokenizer_fingerprint
 from rl_post.metrics import progress as progress_lib
 from rl_post.metrics.compiles import CompileClock
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import process_data
 from rl_post.rewards import process_credit
-from rl_post.rewards.pool import RewardPool
-from rl_post.rewards.process_split import ProcessSplitPool
 from rl_post.rewards.scoring import reward_metrics
-from rl_post.rl import async_rewards
-from rl_post.rl import critic as critic_lib
-from rl_post.rl import filtering
-from rl_post.rl import off_policy
+from rl_post.rl import async_rewards, filtering, off_policy, start_state
 from rl_post.rl.components import RLComponents
 from rl_post.rl.config import RLConfig
+from rl_post.rl.loop_state import LoopState, Outcome, Run, Step
 from rl_post.rl.train_step import rollout_batch, shared_prefix_len, trim_batch, used_width
-from rl_post.sampling.sampler import generate
-from rl_post.training import state as state_lib
-from rl_post.training.faults import FaultInjector, FaultLog
 from rl_post.training import host_memory
+from rl_post.training.faults import FaultInjector, FaultLog
 from rl_post.training.guard import NonFiniteGuard
 from rl_post.training.preemption import SigtermFlag
-from rl_post.training.run import (RunContext, check_not_past, mismatched_checkpoints,
-                                  pretrained_params, scoped_run, shape_differences)
-
-
-def _initial_params(ctx: RunContext, rl: RLConfig):
-  """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init)."""
-  if not rl.init_from:
-    return pretrained_params(ctx)
-  if not os.path.isdir(rl.init_from):
-    raise MissingInputError("rl.init_from", rl.init_from,
-                            "is not a directory; point it at the export/ folder of a finished "
-                            "SFT run")
-  try:
-    stored = load_model_config(rl.init_from)
-  except errors.UserError:
-    raise
-  except FileNotFoundError as e:
-    raise MissingInputError("rl.init_from", rl.init_from, str(e)) from None
-  except (ValueError, TypeError) as e:  # a garbled or foreign model_config.json
-    raise MissingInputError("rl.init_from", rl.init_from,
-                            f"has an unreadable model_config.json ({e})") from None
-  diff = shape_differences(stored, ctx.model_config)
-  if diff:
-    raise ConfigError("rl.init_from", rl.init_from, f"holds a model that differs from "
-                      f"config.model in {diff} (stored, configured)")
-  tokenizer_fingerprint.check(tokenizer_fingerprint.read(rl.init_from), ctx.tokenizer,
-                              "rl.init_from", rl.init_from, ctx.config.tokenizer.path)
-  with errors.reading("rl.init_from", rl.init_from):
-    return load_params(rl.init_from,
-                       state_lib.abstract_sharded_params(ctx.model_config, ctx.mesh, ctx.rules))
+from rl_post.training.run import check_not_past, scoped_run
 
 
 def _rollout_metrics(tasks_N, reward_batch, rollout, rl: RLConfig) -> dict:
@@ -124,55 +88,18 @@ def _process_token_rewards(c: RLComponents, tasks_N, rewards, host):
   return rewards.rewards_N - totals_N, process_NxT
 
 
-def _evaluate_heldout(c: RLComponents, params, step: int, pool: RewardPool) -> dict:
-  """Held-out completion rate, greedy and sampled at the training temperature (episodes:
-  verified success, tool use, turns, tokens and pass@k; rl_post/eval/episodes.py)."""
-  if c.episodes is not None:
-    return episode_eval.evaluate(c.episodes, params, model_config=c.model_config,
-                                 rng=jax.random.fold_in(c.ctx.key("eval"), step),
-                                 batch_size=c.rl.rollouts_per_step)
-  if not c.mixture.heldout:
-    return {}
-  metrics = {}
-  for prefix, sampling in (("eval", c.eval_sampling), ("eval_sampled", c.sampling)):
-    result = evaluate(c.model_config, params, c.ctx.tokenizer, c.mixture.heldout,
-                      sampling=sampling, max_prompt_len=c.rl.max_prompt_len,
-                      batch_size=c.rl.rollouts_per_step,
-                      rng=jax.random.fold_in(c.ctx.key("eval"), step), shard=c.shard,
-                      reward_pool=pool)
-    metrics.update(eval_metrics(result, prefix))
-  return metrics
+def _rollout_key(c: RLComponents, it: int, rnd: int):
+  """The sampling key of round `rnd` of iteration `it`: a function of (seed, it, rnd),
+  so a resumed run draws the same; round 0 keeps the unfiltered run's key."""
+  key = jax.random.fold_in(c.ctx.key("rollout"), it)
+  return jax.random.fold_in(key, rnd) if rnd else key
 
 
-def _launch_round(c: RLComponents, params, ref_params, pool, timer, it: int, rnd: int) -> dict:
-  """Generates one round of B prompts x G generations and starts scoring it
-  (round 0: the step's batch); reference log-probs are dispatched, not awaited."""
-  if c.episodes is not None:
-    return c.episodes.launch(c, params, ref_params, timer, it, rnd)
-  rl, tok, ctx = c.rl, c.ctx.tokenizer, c.ctx
-  key = jax.random.fold_in(ctx.key("rollout"), it)
-  with timer("rollout"):
-    tasks = c.mixture.sample(it, rl.batch_size, round=rnd)
-    tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
-    prompts, lens = c.build_rows(  # multi-host: each process encodes only its rows
-        lambda ts: batching.encode_prompts(tok, ts, rl.max_prompt_len), tasks_N)
-    if rnd:  # refill rounds of dynamic filtering; round 0 keeps the unfiltered key
-      key = jax.random.fold_in(key, rnd)
-    # rl.rollout_precision: the sampler may read a low-precision copy of the masters
-    rollout = generate(c.rollout_copy(params), prompts, lens, key,
-                       model_config=c.rollout_config, config=c.sampling,
-                       eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
-    host = process_data.fetch(rollout)
-  with timer("reward"):
-    pending = pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT, host.mask_BxT))
-    ref_fn = c.ref_fn_for(shared_prefix_len(rl, host.tokens_BxT))
-    ref_logp = None if ref_params is None else ref_fn(ref_params, rollout.tokens_BxT,
-                                                       rollout.loss_mask_BxT)
-    # the masters' own log-probs of the sampled tokens (rl_post/rl/off_policy.py)
-    trainer_logp = (ref_fn(params, rollout.tokens_BxT, rollout.loss_mask_BxT)
-                    if rl.recomputes_logp else None)
-  return dict(tasks_N=tasks_N, host=host, pending=pending, ref_logp=ref_logp,
-              tokens=rollout.tokens_BxT, trainer_logp=trainer_logp)
+def _launch_round(c: RLComponents, params, ref_params, timer, it: int, rnd: int) -> dict:
+  """One round of B tasks x G rollouts from the run's source, its rewards being
+  scored and reference log-probs dispatched (round 0: the step's batch)."""
+  return c.source.launch(params, ref_params, it=it, rnd=rnd, key=_rollout_key(c, it, rnd),
+                         timer=timer)
 
 
 def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
@@ -188,23 +115,11 @@ def _finish_round(c: RLComponents, state, launched: dict, timer) -> dict:
               values=None if values is None else process_data.fetch(values))
 
 
-def _rollout_round(c: RLComponents, state, ref_params, pool, timer, it: int, rnd: int) -> dict:
+def _rollout_round(c: RLComponents, state, ref_params, timer, it: int, rnd: int) -> dict:
   """One round, launched and scored at once (the synchronous path)."""
   return _finish_round(c, state, _launch_round(c, c.policy_params(state),
-                                               c.reference_params(state, ref_params), pool,
+                                               c.reference_params(state, ref_params),
                                                timer, it, rnd), timer)
-
-
-def _update_mixture(c: RLComponents, scored: dict) -> dict:
-  """Feeds every scored round to the curriculum; returns per-domain/difficulty stats."""
-  if c.episodes is not None:  # episode tasks are not the mixture's
-    return c.episodes.step_metrics(scored)
-  rewards = scored["rewards"]
-  c.mixture.update(scored["tasks_N"], domain_stats.passed(rewards.verdicts))
-  metrics = domain_stats.domain_metrics(scored["tasks_N"], rewards.verdicts, rewards.rewards_N,
-                                        rewards.components, rewards.error_kinds)
-  metrics.update(c.mixture.curriculum_metrics())
-  return metrics
 
 
 def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
@@ -244,6 +159,181 @@ def _release_before_update(step_fn, state, batch, compiled: set) -> None:
   host_memory.release_free_memory()
 
 
+def _save(run: Run, state, done: int):
+  run.checkpoints.save(done, state, extra={"rl_step": done,
+                                           "mixture": run.c.mixture.state_dict(),
+                                           "tokenizer": run.fingerprint}, force=True)
+
+
+def _collect(run: Run, loop: LoopState):
+  """Step loop.it + 1's rollout, scored: (picked, scored, filter_metrics)."""
+  c, rl, it = run.c, run.c.rl, loop.it
+  if run.pipeline is None:
+    return filtering.collect(
+        lambda rnd: _rollout_round(c, loop.state, run.ref_params, run.timer, it, rnd),
+        lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
+  # batches up to it + staleness launched with the current policy (async_rewards.py)
+  entry, filter_metrics = run.pipeline.next(
+      it, lambda j: _launch_round(c, c.policy_params(loop.state),
+                                  c.reference_params(loop.state, run.ref_params), run.timer,
+                                  j, 0))
+  picked = _finish_round(c, loop.state, entry.payload, run.timer)
+  return picked, picked, filter_metrics
+
+
+def _dispatch(run: Run, loop: LoopState, picked, scored, filter_metrics,
+              step_start: float) -> Step:
+  """Step loop.it + 1's update (dispatched, its metrics left on the device unless
+  they are read at once; loop.state becomes its output) and the step's host-side
+  metrics."""
+  c, rl, it, timer = run.c, run.c.rl, loop.it, run.timer
+  tasks_N, host, rewards, ref_logp, values = (
+      picked[k] for k in ("tasks_N", "host", "rewards", "ref_logp", "values"))
+  rewards_N, process_NxT = rewards.rewards_N, None
+  if rl.process_credit == "token":
+    rewards_N, process_NxT = _process_token_rewards(c, tasks_N, rewards, host)
+  batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, rewards_N,
+                        ref_logp_NxT=ref_logp, values_NxT=values, process_NxT=process_NxT,
+                        trainer_logp_NxT=picked.get("trainer_logp"))
+  batch = run.injector.poison(it + 1, batch, "adv")
+  if c.trims_width:  # rows end early: the trailing positions are padding everywhere
+    batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.mask_BxT))
+  prefix_len = shared_prefix_len(rl, batch["tokens"])
+  step_fn = c.step_fn_for(prefix_len)
+  with timer("train"):
+    device = []
+    minibatches = _minibatches(batch, rl, jax.random.fold_in(c.ctx.key("shuffle"), it))
+    for i, mb in enumerate(minibatches):
+      mb = process_data.put_batch(mb, c.batch_sharding)
+      if i == 0 and run.release_memory:
+        _release_before_update(step_fn, loop.state, mb, run.compiled_shapes)
+      loop.state, m = step_fn(loop.state, mb)
+      device.append(m)
+    if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
+      jax.block_until_ready(device)
+  metrics = _rollout_metrics(tasks_N, rewards, host, rl)
+  if picked.get("trainer_logp") is not None:  # the sampler/trainer log-prob gap
+    metrics.update(off_policy.gap_metrics(picked["trainer_logp"], host.logp_BxT,
+                                          host.loss_mask_BxT, tis_cap=rl.tis_cap,
+                                          mis_low=rl.mis_low, mis_high=rl.mis_high))
+  metrics.update(filter_metrics)
+  if rl.shared_prefix:  # leading positions the update ran once per group
+    metrics["rollout/shared_prefix_len"] = float(prefix_len)
+  metrics["rollout/update_width"] = float(batch["tokens"].shape[1])
+  metrics["rollout/width"] = float(host.tokens_BxT.shape[1])
+  metrics.update(c.source.observe(scored))
+  metrics.update(timer.metrics())
+  timer.reset()
+  return Step(done=it + 1, device=device, host=metrics, start=step_start,
+              response_tokens=int(host.response_lens_B.sum()),
+              end=None if rl.metrics_one_step_late else time.perf_counter())
+
+
+def _await_update(step: Step):
+  """Waits for a dispatched step's update; the wait joins its time/train_s."""
+  if step.end is not None:
+    return
+  wait_start = time.perf_counter()
+  jax.block_until_ready(step.device)  # outputs of the update's program(s)
+  step.end = time.perf_counter()
+  step.host["time/train_s"] = step.host.get("time/train_s", 0.0) + (step.end - wait_start)
+
+
+def _roll_back(run: Run, loop: LoopState, done: int) -> Outcome:
+  """The guard's verdict on step `done`: back to the newest good checkpoint; the
+  rollout already drawn for the next step is dropped."""
+  c = run.c
+  loop.state, restored_at = start_state.restore_latest(
+      c, run.checkpoints, run.initial_mixture, run.config, run.workdir)
+  if run.pipeline is not None:
+    run.pipeline.drain()  # sampled by the abandoned policy
+  run.guard.rolled_back(done, restored_at)
+  logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
+                  "iteration %d", done, c.guard.max_nonfinite_steps, restored_at)
+  run.writer.truncate_after(restored_at)
+  run.timer.reset()
+  loop.it = restored_at
+  return Outcome.ROLLED_BACK
+
+
+def _step_metrics(run: Run, loop: LoopState, step: Step, device_metrics: dict) -> dict:
+  """A finished step's metrics: its update's and host-side ones, times, MFU, progress
+  and, when due, the held-out evaluation."""
+  c, rl = run.c, run.c.rl
+  metrics = dict(device_metrics)
+  metrics.update(step.host)
+  # from this step's start to the end of its update (awaited before the next rollout)
+  elapsed = step.end - step.start
+  metrics["time/step_s"] = elapsed
+  if "time/rollout_s" in metrics:  # async: absent in a step that generated nothing
+    generating_s = metrics["time/rollout_s"] - metrics.get("time/rollout_compile_s", 0.0)
+    metrics["throughput/rollout_tokens_per_s"] = step.response_tokens / max(generating_s, 1e-9)
+  if loop.setup_metrics is not None:  # the first step this process reports
+    metrics.update(loop.setup_metrics)
+    loop.setup_metrics = None
+  metrics.update(progress_lib.mfu_metrics(
+      progress_lib.rl_step_flops(
+          c.model_config, num_sequences=rl.rollouts_per_step,
+          seq_len=rl.max_prompt_len + rl.max_new_tokens,
+          generated_tokens=rl.rollouts_per_step * rl.max_prompt_len + step.response_tokens,
+          num_epochs=rl.num_epochs, with_reference=rl.needs_reference),
+      elapsed, rl.peak_flops))
+  metrics.update(run.progress.update(step.done, now=step.end))
+  done = step.done
+  if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
+    eval_start, (_, eval_built) = time.perf_counter(), run.compile_clock.peek()
+    evaluated = c.source.evaluate(c.policy_params(loop.state), step=done,
+                                  key=jax.random.fold_in(c.ctx.key("eval"), done))
+    if evaluated:  # its time, reported with the step it follows
+      metrics.update(evaluated)
+      metrics["time/eval_s"] = time.perf_counter() - eval_start
+      metrics["time/eval_compile_s"] = run.compile_clock.peek()[1] - eval_built
+  metrics.update(run.guard.metrics(), **run.fault_log.metrics())
+  return metrics
+
+
+def _finish(run: Run, loop: LoopState) -> Outcome:
+  """Finishes loop.dispatched: reads its update metrics; then its guard decision,
+  metrics, eval, checkpoint and faults."""
+  step, loop.dispatched = loop.dispatched, None
+  rl, done = run.c.rl, step.done
+  device = jax.device_get(step.device)
+  skipped = int(sum(m["guard/skipped"] for m in device))
+  if run.guard.observe(done, skipped):
+    return _roll_back(run, loop, done)
+  metrics = _step_metrics(run, loop, step,
+                          {k: float(np.mean([m[k] for m in device])) for k in device[0]})
+  run.writer.write(done, metrics)
+  logging.info("rl %s", run.progress.line(done, metrics))
+  if done % rl.checkpoint_every == 0 or done == rl.num_steps:
+    _save(run, loop.state, done)
+    run.injector.after_checkpoint(done, run.checkpoints.directory,
+                                  run.checkpoints.wait_until_finished)
+  loop.last_metrics = metrics
+  run.injector.after_step(done)
+  if run.preempt.requested and done < rl.num_steps:
+    if run.checkpoints.latest_step() != done:
+      _save(run, loop.state, done)
+    run.fault_log.record("sigterm_checkpointed", done)
+    logging.warning("SIGTERM: saved checkpoint at iteration %d; exiting", done)
+    return Outcome.PREEMPTED
+  return Outcome.OK
+
+
+def _setup_metrics(c: RLComponents, compile_clock, setup_start: float) -> dict:
+  """Start-up time and programs built, reported with the first step."""
+  setup_programs, setup_compile_s = compile_clock.take()
+  setup = {"time/setup_s": time.perf_counter() - setup_start,
+           "time/setup_compile_s": setup_compile_s}
+  logging.info("rl setup (model, state, reward pool) took %.1fs, %d programs built in %.1fs",
+               setup["time/setup_s"], setup_programs, setup_compile_s)
+  shapes = c.source.shapes
+  if shapes is not None:  # rl_post/rl/shape_buckets.py
+    logging.info("rl shapes: %s", shapes.describe())
+    setup["compile/update_programs_bound"] = float(shapes.update_programs)
+  return setup
+
+
 @scoped_run
 def train(config, workdir: str) -> dict:
   """Runs (or resumes) `config.rl.algorithm`; returns the final metrics."""
@@ -251,258 +341,63 @@ def train(config, workdir: str) -> dict:
   compile_clock = CompileClock()
   c = RLComponents(config, workdir)
   ctx, rl = c.ctx, c.rl
-
-  def fresh_state():
-    state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
-                                         ctx.key("init"), params=_initial_params(ctx, rl),
-                                         lora=rl.lora)
-    if c.critic_optimizer is None:
-      return state
-    return critic_lib.attach_critic(state, rl.algo.critic, ctx.model_config, c.critic_optimizer,
-                                    c.state_shardings)
-
-  state = fresh_state()
+  state = start_state.fresh_state(c)
   initial_mixture = c.mixture.state_dict()
-  ref_params = None
-  # frozen copy of the starting policy, optionally in bf16; with LoRA the base itself
-  # unless it must be cast (c.reference_params)
-  if rl.needs_reference and (state.frozen is None
-                             or ctx.model_config.param_dtype != rl.ref_dtype):
-    ref_params = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(rl.ref_dtype), p))(
-        state.params if state.frozen is None else state_lib.base_params(state.frozen))
+  ref_params = start_state.reference_copy(c, state)
   fault_log = FaultLog(workdir)
-  injector = FaultInjector(c.faults, fault_log)
-  guard = NonFiniteGuard(c.guard, fault_log)
   checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3,
                                   on_event=fault_log.record)
-
-  def restore_latest():
-    """(state, iteration) of the newest good checkpoint, or the initial state."""
-    if checkpoints.latest_step() is None:
-      c.mixture.load_state_dict(initial_mixture)
-      return fresh_state(), 0
-    try:
-      restored, extra = checkpoints.restore(c.abstract_state(), fallback=True)
-    except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
-      logging.warning("%s\nstarting again from the initial state", e)
-      c.mixture.load_state_dict(initial_mixture)
-      return fresh_state(), 0
-    except CheckpointMismatchError as e:
-      raise mismatched_checkpoints(workdir, config, e, checkpoints.read_extra(),
-                                   ctx.tokenizer) from None
-    tokenizer_fingerprint.check(extra.get("tokenizer"), ctx.tokenizer, "--workdir", workdir,
-                                config.tokenizer.path)
-    if "rl_step" not in extra:  # an SFT run's state has the same tree as GRPO's
-      raise ConfigError("--workdir", workdir, "holds another kind of run's checkpoints (an "
-                        "SFT run's?); start RL from its export with rl.init_from=<that "
-                        "workdir>/export and a --workdir of its own")
-    if "mixture" in extra:
-      c.mixture.load_state_dict(extra["mixture"])
-    else:
-      c.mixture.load_state_dict(initial_mixture)
-      if c.tasks.curriculum.enabled:
-        logging.warning("checkpoint has no mixture state: the curriculum restarts")
-    return restored, int(extra["rl_step"])
-
-  fingerprint = tokenizer_fingerprint.of(ctx.tokenizer)
-
-  def save(done: int):
-    checkpoints.save(done, state, extra={"rl_step": done, "mixture": c.mixture.state_dict(),
-                                         "tokenizer": fingerprint}, force=True)
-
   start = 0
   if checkpoints.latest_step() is not None:
-    state, start = restore_latest()
+    state, start = start_state.restore_latest(c, checkpoints, initial_mixture, config, workdir)
     logging.info("resumed from iteration %d", start)
   check_not_past(start, rl.num_steps, "rl.num_steps", workdir)
   ctx.write_config(start)  # after the restore: a workdir the config does not fit keeps its own
   writer = MetricWriter(workdir, truncate_after_step=start)
-  pool = ProcessSplitPool(RewardPool(c.rewards, c.tasks.domain_options))  # per host
-  timer = StepTimer(compile_clock=compile_clock)
-  # on XLA:CPU the device's buffers are host memory (rl_post.training.host_memory)
-  release_memory = host_memory.runs_on_cpu()
-  compiled_shapes = set()  # (step_fn, batch shapes) compiled ahead: _release_before_update
-  pipeline = (async_rewards.RolloutPipeline(rl.async_staleness, rl.num_steps, rl.checkpoint_every)
-              if rl.async_rewards else None)
-  progress = progress_lib.Progress(rl.num_steps, start, clock=time.perf_counter)
+  c.source.start()  # single-turn: the reward pool, one per host
   if not rl.peak_flops:
     logging.info("rl.peak_flops is 0: perf/mfu omitted (perf/model_tflop is logged)")
-  last_metrics = {}
-  preempt = SigtermFlag().__enter__()
-  it = start  # the next iteration to update on; every one before it is dispatched
-
-  def collect(it: int):
-    """Step it + 1's rollout, scored: (picked, scored, filter_metrics)."""
-    if pipeline is None:
-      return filtering.collect(
-          lambda rnd: _rollout_round(c, state, ref_params, pool, timer, it, rnd),
-          lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
-    # batches up to it + staleness launched with the current policy (async_rewards.py)
-    entry, filter_metrics = pipeline.next(
-        it, lambda j: _launch_round(c, c.policy_params(state),
-                                    c.reference_params(state, ref_params), pool, timer, j, 0))
-    picked = _finish_round(c, state, entry.payload, timer)
-    return picked, picked, filter_metrics
-
-  def dispatch(picked, scored, filter_metrics, step_start: float) -> dict:
-    """Step it + 1's update (dispatched, its metrics left on the device unless
-    they are read at once) and the step's host-side metrics."""
-    nonlocal state
-    tasks_N, host, rewards, ref_logp, values = (
-        picked[k] for k in ("tasks_N", "host", "rewards", "ref_logp", "values"))
-    rewards_N, process_NxT = rewards.rewards_N, None
-    if rl.process_credit == "token":
-      rewards_N, process_NxT = _process_token_rewards(c, tasks_N, rewards, host)
-    batch = rollout_batch(rl, host.tokens_BxT, host.loss_mask_BxT, host.logp_BxT, rewards_N,
-                          ref_logp_NxT=ref_logp, values_NxT=values, process_NxT=process_NxT,
-                          trainer_logp_NxT=picked.get("trainer_logp"))
-    batch = injector.poison(it + 1, batch, "adv")
-    if c.trims_width:  # rows end early: the trailing positions are padding everywhere
-      batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.mask_BxT))
-    prefix_len = shared_prefix_len(rl, batch["tokens"])
-    step_fn = c.step_fn_for(prefix_len)
-    with timer("train"):
-      device = []
-      minibatches = _minibatches(batch, rl, jax.random.fold_in(ctx.key("shuffle"), it))
-      for i, mb in enumerate(minibatches):
-        mb = process_data.put_batch(mb, c.batch_sharding)
-        if i == 0 and release_memory:
-          _release_before_update(step_fn, state, mb, compiled_shapes)
-        state, m = step_fn(state, mb)
-        device.append(m)
-      if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
-        jax.block_until_ready(device)
-    metrics = _rollout_metrics(tasks_N, rewards, host, rl)
-    if picked.get("trainer_logp") is not None:  # the sampler/trainer log-prob gap
-      metrics.update(off_policy.gap_metrics(picked["trainer_logp"], host.logp_BxT,
-                                            host.loss_mask_BxT, tis_cap=rl.tis_cap,
-                                            mis_low=rl.mis_low, mis_high=rl.mis_high))
-    metrics.update(filter_metrics)
-    if rl.shared_prefix:  # leading positions the update ran once per group
-      metrics["rollout/shared_prefix_len"] = float(prefix_len)
-    metrics["rollout/update_width"] = float(batch["tokens"].shape[1])
-    metrics["rollout/width"] = float(host.tokens_BxT.shape[1])
-    metrics.update(_update_mixture(c, scored))
-    metrics.update(timer.metrics())
-    timer.reset()
-    step = dict(done=it + 1, device=device, host=metrics, start=step_start,
-                response_tokens=int(host.response_lens_B.sum()))
-    if not rl.metrics_one_step_late:
-      step["end"] = time.perf_counter()
-    return step
-
-  def await_update(step: dict):
-    """Waits for a dispatched step's update; the wait joins its time/train_s."""
-    if "end" in step:
-      return
-    wait_start = time.perf_counter()
-    jax.block_until_ready(step["device"])  # outputs of the update's program(s)
-    step["end"] = time.perf_counter()
-    step["host"]["time/train_s"] = step["host"].get("time/train_s", 0.0) + (
-        step["end"] - wait_start)
-
-  def finish(step: dict) -> str:
-    """Reads a dispatched step's update metrics; then its guard decision,
-    metrics, eval, checkpoint and faults. Returns "ok", "rolled_back" (state
-    and `it` restored) or "preempted"."""
-    nonlocal state, it, last_metrics, setup
-    done, device = step["done"], jax.device_get(step["device"])
-    metrics = {k: float(np.mean([m[k] for m in device])) for k in device[0]}
-    skipped = int(sum(m["guard/skipped"] for m in device))
-    if guard.observe(done, skipped):
-      state, restored_at = restore_latest()
-      if pipeline is not None:
-        pipeline.drain()  # sampled by the abandoned policy
-      guard.rolled_back(done, restored_at)
-      logging.warning("rl step %d: %d steps with non-finite updates; rolled back to "
-                      "iteration %d", done, c.guard.max_nonfinite_steps, restored_at)
-      writer.truncate_after(restored_at)
-      timer.reset()  # a rollout already drawn for the next step is dropped
-      it = restored_at
-      return "rolled_back"
-    metrics.update(step["host"])
-    # from this step's start to the end of its update (awaited before the next rollout)
-    elapsed = step["end"] - step["start"]
-    metrics["time/step_s"] = elapsed
-    if "time/rollout_s" in metrics:  # async: absent in a step that generated nothing
-      generating_s = metrics["time/rollout_s"] - metrics.get("time/rollout_compile_s", 0.0)
-      metrics["throughput/rollout_tokens_per_s"] = (
-          step["response_tokens"] / max(generating_s, 1e-9))
-    if setup is not None:  # the first step this process reports
-      metrics.update(setup)
-      setup = None
-    metrics.update(progress_lib.mfu_metrics(
-        progress_lib.rl_step_flops(
-            c.model_config, num_sequences=rl.rollouts_per_step,
-            seq_len=rl.max_prompt_len + rl.max_new_tokens,
-            generated_tokens=rl.rollouts_per_step * rl.max_prompt_len + step["response_tokens"],
-            num_epochs=rl.num_epochs, with_reference=rl.needs_reference),
-        elapsed, rl.peak_flops))
-    metrics.update(progress.update(done, now=step["end"]))
-    if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
-      eval_start, (_, eval_built) = time.perf_counter(), compile_clock.peek()
-      evaluated = _evaluate_heldout(c, c.policy_params(state), done, pool)
-      if evaluated:  # its time, reported with the step it follows
-        metrics.update(evaluated)
-        metrics["time/eval_s"] = time.perf_counter() - eval_start
-        metrics["time/eval_compile_s"] = compile_clock.peek()[1] - eval_built
-    metrics.update(guard.metrics(), **fault_log.metrics())
-    writer.write(done, metrics)
-    logging.info("rl %s", progress.line(done, metrics))
-    if done % rl.checkpoint_every == 0 or done == rl.num_steps:
-      save(done)
-      injector.after_checkpoint(done, checkpoints.directory, checkpoints.wait_until_finished)
-    last_metrics = metrics
-    injector.after_step(done)
-    if preempt.requested and done < rl.num_steps:
-      if checkpoints.latest_step() != done:
-        save(done)
-      fault_log.record("sigterm_checkpointed", done)
-      logging.warning("SIGTERM: saved checkpoint at iteration %d; exiting", done)
-      return "preempted"
-    return "ok"
-
+  run = Run(
+      c=c, config=config, workdir=workdir, ref_params=ref_params, checkpoints=checkpoints,
+      writer=writer, guard=NonFiniteGuard(c.guard, fault_log),
+      injector=FaultInjector(c.faults, fault_log), fault_log=fault_log,
+      timer=StepTimer(compile_clock=compile_clock),
+      progress=progress_lib.Progress(rl.num_steps, start, clock=time.perf_counter),
+      pipeline=(async_rewards.RolloutPipeline(rl.async_staleness, rl.num_steps,
+                                              rl.checkpoint_every)
+                if rl.async_rewards else None),
+      compile_clock=compile_clock, preempt=SigtermFlag().__enter__(),
+      initial_mixture=initial_mixture, fingerprint=tokenizer_fingerprint.of(ctx.tokenizer),
+      # on XLA:CPU the device's buffers are host memory (rl_post.training.host_memory)
+      compiled_shapes=set(), release_memory=host_memory.runs_on_cpu())
+  loop = LoopState(state=state, it=start,
+                   setup_metrics=_setup_metrics(c, compile_clock, setup_start))
   # Step t's update metrics are read after step t + 1's rollout (or right
   # after the update when rl.metrics_one_step_late is False), but always
   # before step t + 1's update: the guard can still roll back by dropping
   # that rollout, and checkpoint t holds exactly the state after update t.
-  setup_programs, setup_compile_s = compile_clock.take()
-  setup = {"time/setup_s": time.perf_counter() - setup_start,
-           "time/setup_compile_s": setup_compile_s}
-  logging.info("rl setup (model, state, reward pool) took %.1fs, %d programs built in %.1fs",
-               setup["time/setup_s"], setup_programs, setup_compile_s)
-  if c.shapes is not None:  # rl_post/rl/shape_buckets.py
-    logging.info("rl shapes: %s", c.shapes.describe())
-    setup["compile/update_programs_bound"] = float(c.shapes.update_programs)
-  dispatched = None
   try:
-    while it < rl.num_steps or dispatched is not None:
-      if dispatched is not None:  # the next rollout needs the update's params
-        await_update(dispatched)
+    while loop.it < rl.num_steps or loop.dispatched is not None:
+      if loop.dispatched is not None:  # the next rollout needs the update's params
+        _await_update(loop.dispatched)
       step_start = time.perf_counter()
-      rollout = collect(it) if it < rl.num_steps else None
-      if dispatched is not None:
-        outcome = finish(dispatched)
-        dispatched = None
-        if outcome == "preempted":
+      rollout = _collect(run, loop) if loop.it < rl.num_steps else None
+      if loop.dispatched is not None:
+        outcome = _finish(run, loop)
+        if outcome is Outcome.PREEMPTED:
           break
-        if outcome == "rolled_back":
+        if outcome is Outcome.ROLLED_BACK:
           continue
       if rollout is None:
         break
-      dispatched = dispatch(*rollout, step_start)
-      it += 1
-      if not rl.metrics_one_step_late:
-        outcome = finish(dispatched)
-        dispatched = None
-        if outcome == "preempted":
-          break
+      loop.dispatched = _dispatch(run, loop, *rollout, step_start)
+      loop.it += 1
+      if not rl.metrics_one_step_late and _finish(run, loop) is Outcome.PREEMPTED:
+        break
   finally:
-    preempt.__exit__()
+    run.preempt.__exit__()
     checkpoints.close()
     writer.close()
-    pool.close()
-    if c.episodes is not None:
-      c.episodes.close()
-  return {"state": state, "metrics": last_metrics, "context": ctx,
-          "preempted": it < rl.num_steps}
+    c.source.close()
+  return {"state": loop.state, "metrics": loop.last_metrics, "context": ctx,
+          "preempted": loop.it < rl.num_steps}

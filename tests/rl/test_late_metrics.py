@@ -4,7 +4,7 @@ import jax
 import numpy as np
 
 from rl_post.metrics.writers import read_metrics
-from rl_post.rl import trainer
+from rl_post.rl import single_turn_source, trainer
 from tiny_grpo import tiny_digit_config
 
 VOLATILE = ("time/", "throughput/", "perf/", "progress/", "compile/")
@@ -17,7 +17,7 @@ def _config(tokenizer_path, late: bool):
 def _record_events(monkeypatch) -> list[str]:
   """Logs "rollout" per generate call and "metrics" per read of an update's metrics."""
   events = []
-  generate, device_get = trainer.generate, jax.device_get
+  generate, device_get = single_turn_source.generate, jax.device_get
 
   def spy_generate(*args, **kwargs):
     events.append("rollout")
@@ -29,7 +29,7 @@ def _record_events(monkeypatch) -> list[str]:
       events.append("metrics")
     return device_get(tree)
 
-  monkeypatch.setattr(trainer, "generate", spy_generate)
+  monkeypatch.setattr(single_turn_source, "generate", spy_generate)
   monkeypatch.setattr(jax, "device_get", spy_device_get)
   return events
 

@@ -14,6 +14,7 @@ from rl_fixtures import DIGIT_DOMAIN
 from rl_post.data import tokenizer_fingerprint
 from rl_post.envs.call_vocab import CallVocabTokenizer
 from rl_post.errors import ConfigError
+from rl_post.rl import start_state
 from rl_post.rl import trainer as rl_trainer
 from rl_post.sft import trainer as sft_trainer
 from rl_post.training import run
@@ -91,7 +92,7 @@ def test_a_file_where_the_checkpoints_go_is_a_workdir_error(tmp_path):
 @run.scoped_run
 def _initial_params(config, workdir):
   ctx = run.setup_run(config, workdir)
-  return rl_trainer._initial_params(ctx, types.SimpleNamespace(init_from=config.rl.init_from))
+  return start_state.initial_params(ctx, types.SimpleNamespace(init_from=config.rl.init_from))
 
 
 def test_init_from_checks_the_params_shape_not_how_they_are_run(
