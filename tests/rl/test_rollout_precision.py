@@ -10,7 +10,7 @@ from rl_post import models
 from rl_post.metrics.writers import read_metrics
 from rl_post.models import quant
 from rl_post.models.logprobs import sequence_logprobs
-from rl_post.rl import off_policy, trainer
+from rl_post.rl import off_policy, single_turn_source, trainer
 from rl_post.sampling import low_precision
 from rl_post.sampling.sampler import SamplingConfig, generate
 from tiny_grpo import tiny_digit_config
@@ -84,13 +84,13 @@ def _run(tokenizer_path, workdir, filtering=False, **rl):
                                      mis_high=2.0, filtering=True)])
 def test_low_precision_runs_end_to_end(tokenizer_path, tmp_path, monkeypatch, rl):
   seen = []  # the model config each rollout ran with
-  real = trainer.generate
+  real = single_turn_source.generate
 
   def spy(params, *args, model_config, **kwargs):
     seen.append(model_config)
     return real(params, *args, model_config=model_config, **kwargs)
 
-  monkeypatch.setattr(trainer, "generate", spy)
+  monkeypatch.setattr(single_turn_source, "generate", spy)
   out, metrics = _run(tokenizer_path, tmp_path, **rl)
   assert [m["step"] for m in metrics] == [1, 2] and not out["preempted"]
   assert len(seen) >= 2 and all(m.dtype == "bfloat16" for m in seen)
