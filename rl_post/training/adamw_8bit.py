@@ -135,6 +135,30 @@ def _store(x, code_map, quantized: bool, block_size: int):
   return QuantizedMoment(*quantize_blockwise(x, code_map, block_size))
 
 
+def zero_moment(shape, code_map, quantized: bool, block_size: int = BLOCK_SIZE):
+  """`_store` of f32 zeros of `shape`, built directly: every code is the map's zero point
+  and every scale 0 (quantizing materialised zeros costs the leaf's f32 temporaries,
+  which XLA may even constant-fold at compile time)."""
+  if not quantized:
+    return jnp.zeros(shape, jnp.float32)
+  midpoints = (code_map[1:] + code_map[:-1]) / np.float32(2)
+  zero_code = int(np.searchsorted(midpoints, np.float32(0)))  # as `quantize_blockwise` does
+  num_blocks = -(-shape[-1] // block_size)
+  return QuantizedMoment(jnp.full(shape, zero_code, jnp.uint8),
+                         jnp.zeros(tuple(shape[:-1]) + (num_blocks,), jnp.float32))
+
+
+def slab_rows(num_rows: int, row_size: int, slab_size: int) -> int:
+  """Leading rows per slab of a leaf's update: at most `slab_size` values, and a divisor
+  of `num_rows` when one is at least half that many rows (`lax.map` slices off and
+  concatenates back a remainder, which copies the whole leaf's inputs and outputs)."""
+  target = max(1, min(num_rows, slab_size // row_size))
+  for rows in range(target, (target + 1) // 2 - 1, -1):
+    if rows > 0 and num_rows % rows == 0:
+      return rows
+  return target
+
+
 def _load(moment, code_map, block_size: int):
   if is_quantized(moment):
     return dequantize_blockwise(moment.codes, moment.scales, code_map, block_size)
@@ -152,7 +176,7 @@ def scale_by_adam_8bit(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
 
   def init_leaf(p, code_map):
     quantized = _is_quantized_leaf(p.shape, min_quantized_size)
-    return _store(jnp.zeros(p.shape, jnp.float32), code_map, quantized, block_size)
+    return zero_moment(p.shape, code_map, quantized, block_size)
 
   def init(params):
     return ScaleByAdam8bitState(
@@ -182,7 +206,7 @@ def scale_by_adam_8bit(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
       slabs do not change a bit of the result."""
       if g.ndim < 2 or not is_quantized(mu):
         return leaf_rows(g, mu, nu_sqrt)
-      rows = max(1, min(g.shape[0], UPDATE_SLAB_SIZE // math.prod(g.shape[1:])))
+      rows = slab_rows(g.shape[0], math.prod(g.shape[1:]), UPDATE_SLAB_SIZE)
       return jax.lax.map(lambda xs: leaf_rows(*xs), (g, mu, nu_sqrt), batch_size=rows)
 
     out = jax.tree.map(leaf, updates, state.mu, state.nu_sqrt)
