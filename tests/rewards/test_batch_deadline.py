@@ -5,12 +5,12 @@ score; the workers inside the hung units are replaced and leave nothing behind.
 Times are asserted with wide margins only: "returns long before N x timeout_s".
 """
 
-import os
 import time
 
 import numpy as np
 import pytest
 
+from process_tree import descendants, wait_gone
 from rl_fixtures import BATCH_DOMAIN, FAULTY_DOMAIN
 from rl_post.rewards.pool import RewardPool
 from rl_post.rewards.scoring import RewardConfig, reward_metrics
@@ -21,37 +21,6 @@ HANG_S = 600  # FaultyVerifier's "hang" sleeps this long; timeout_s is set above
 
 def _tasks(n, domain=FAULTY_DOMAIN):
   return [Task(str(i), domain, "p", 1, None) for i in range(n)]
-
-
-def _alive(pid: int) -> bool:
-  try:
-    with open(f"/proc/{pid}/status") as f:
-      return "State:\tZ" not in f.read()  # a zombie has exited
-  except FileNotFoundError:
-    return False
-
-
-def _descendants(pids) -> set[int]:
-  parent = {}
-  for entry in os.listdir("/proc"):
-    if entry.isdigit():
-      try:
-        with open(f"/proc/{entry}/stat") as f:
-          parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-      except (FileNotFoundError, ProcessLookupError):
-        pass
-  found, frontier = set(), set(pids)
-  while frontier:
-    frontier = {p for p, pp in parent.items() if pp in frontier} - found
-    found |= frontier
-  return found
-
-
-def _wait_gone(pids, timeout_s=20.0) -> list[int]:
-  end = time.monotonic() + timeout_s
-  while any(_alive(p) for p in pids) and time.monotonic() < end:
-    time.sleep(0.1)
-  return [p for p in pids if _alive(p)]
 
 
 def test_config_checks_the_batch_deadline():
@@ -75,7 +44,7 @@ def test_a_batch_of_hung_verifiers_returns_at_its_deadline():
     metrics = reward_metrics(_tasks(16), batch)
     assert metrics["reward/errors/timeout"] == 16 and metrics["reward/deadline_timeouts"] == 16
     assert pool.replaced == 2 and pool.deadline_timeouts == 16
-    assert not _wait_gone(old)  # the hung workers were killed, not left running
+    assert not wait_gone(old)  # the hung workers were killed, not left running
     again = pool.score(_tasks(4), ["1", "2", "y", "3"])  # the replacements work
     assert again.errors == 0 and again.correct_N.tolist() == [True, True, False, True]
     assert again.deadline_timeouts == 0
@@ -134,11 +103,11 @@ def test_sandboxed_programs_of_an_expired_batch_leave_nothing_behind():
     old = pool.worker_pids()
     pending = pool.submit(_tasks(2, BATCH_DOMAIN), ["import time; time.sleep(600)"] * 2)
     time.sleep(1.0)  # let the programs start
-    doomed = old + sorted(_descendants(old))
+    doomed = old + sorted(descendants(old))
     assert len(doomed) >= 2  # the worker and at least one sandbox process
     batch = pending.result()
     assert batch.error_kinds == ["timeout", "timeout"] and batch.deadline_timeouts == 2
-    assert not _wait_gone(doomed)
+    assert not wait_gone(doomed)
     assert pool.score(_tasks(1, BATCH_DOMAIN), ["print(1)"]).correct_N.all()
 
 

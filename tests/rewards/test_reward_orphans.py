@@ -7,6 +7,8 @@ import sys
 import textwrap
 import time
 
+from process_tree import alive, descendants
+
 TRAINER = textwrap.dedent("""
     import sys
     from rl_fixtures import BATCH_DOMAIN, FAULTY_DOMAIN
@@ -26,44 +28,20 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-def _alive(pid: int) -> bool:
-  try:
-    with open(f"/proc/{pid}/status") as f:
-      return "State:\tZ" not in f.read()  # a zombie has exited
-  except FileNotFoundError:
-    return False
-
-
-def _descendants(pids: list[int]) -> set[int]:
-  parent = {}
-  for entry in os.listdir("/proc"):
-    if entry.isdigit():
-      try:
-        with open(f"/proc/{entry}/stat") as f:
-          parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-      except (FileNotFoundError, ProcessLookupError):
-        pass
-  found, frontier = set(), set(pids)
-  while frontier:
-    frontier = {p for p, pp in parent.items() if pp in frontier} - found
-    found |= frontier
-  return found
-
-
 def test_workers_and_their_sandboxes_die_with_a_killed_trainer():
   support = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([support] + sys.path))
   trainer = subprocess.Popen([sys.executable, "-c", TRAINER], stdout=subprocess.PIPE, env=env,
                              text=True)
   pids = [int(p) for p in trainer.stdout.readline().split()]
-  assert len(pids) == 2 and all(_alive(p) for p in pids)
+  assert len(pids) == 2 and all(alive(p) for p in pids)
   time.sleep(1.0)  # let one worker enter the hanging verifier
-  sandboxes = _descendants(pids)
+  sandboxes = descendants(pids)
   assert len(sandboxes) >= 2  # at least one sandbox process per worker
   pids += sorted(sandboxes)
   os.kill(trainer.pid, signal.SIGKILL)
   trainer.wait()
   deadline = time.monotonic() + 20
-  while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+  while any(alive(p) for p in pids) and time.monotonic() < deadline:
     time.sleep(0.1)
-  assert not any(_alive(p) for p in pids)
+  assert not any(alive(p) for p in pids)

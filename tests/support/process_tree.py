@@ -1,0 +1,38 @@
+"""Processes seen from /proc, for tests that check nothing is left running."""
+
+import os
+import time
+
+
+def alive(pid: int) -> bool:
+  """True while `pid` runs (a zombie has exited)."""
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      return "State:\tZ" not in f.read()
+  except FileNotFoundError:
+    return False
+
+
+def descendants(pids) -> set[int]:
+  """Every process below any of `pids` in the process tree."""
+  parent = {}
+  for entry in os.listdir("/proc"):
+    if entry.isdigit():
+      try:
+        with open(f"/proc/{entry}/stat") as f:
+          parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+      except (FileNotFoundError, ProcessLookupError):
+        pass
+  found, frontier = set(), set(pids)
+  while frontier:
+    frontier = {p for p, pp in parent.items() if pp in frontier} - found
+    found |= frontier
+  return found
+
+
+def wait_gone(pids, timeout_s: float = 20.0) -> list[int]:
+  """Waits up to `timeout_s` for `pids` to exit; returns those still alive."""
+  end = time.monotonic() + timeout_s
+  while any(alive(p) for p in pids) and time.monotonic() < end:
+    time.sleep(0.1)
+  return [p for p in pids if alive(p)]
