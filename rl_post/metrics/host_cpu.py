@@ -1,8 +1,8 @@
 """Which CPU figures were measured on (stdlib only): benchmarks and seed tables record it.
 
 Timings move with the CPU, and so do framework-vs-framework ratios: the
-whole GRPO step of workload (b) against TRL gives different ratios on the
-project's earlier VMs and on an AMD EPYC of family 26 (docs/results.md,
+whole GRPO step of workload (b) against TRL gives different ratios on an
+AMD EPYC with AVX512-BF16 and on one of family 26 (docs/results.md,
 "Whole GRPO step vs TRL and Tunix"), because XLA's and torch's matmul
 kernels do not gain alike from a newer core. So result files name their CPU.
 """

@@ -14,7 +14,7 @@ Every product here accumulates in float32 (`dot_acc32`) and is rounded to
 its operands' dtype afterwards: the same numbers for f32, and for bf16
 (mixed precision) the fast path of XLA:CPU, whose bf16 x bf16 -> bf16 dot
 is slower than bf16 x bf16 -> f32 on AVX512-BF16 cores
-(`experiments/benchmarks/precision_matmul.py`; docs/baselines.md, "Matmuls
+(`experiments/benchmarks/precision_matmul.py`; docs/results.md, "Matmuls
 by precision and operand layout").
 """
 
@@ -43,10 +43,11 @@ def weight_grad_KxN(x_MxK: jax.Array, g_MxN: jax.Array, out_dtype=None) -> jax.A
 
   On CPU a transpose is written out either way, and a transposing copy is
   slow (strided reads or writes): for a wide x (the SwiGLU down projection's
-  [M, F] hidden, F = 4E) it took about twice as long as the matmul it fed
-  (`experiments/benchmarks/update_profile.py`). So when x^T is the
-  larger copy, this computes (g^T @ x)^T instead: it transposes g and the
-  [N, K] result, M*N + K*N elements instead of M*K.
+  [M, F] hidden, F = 4E) it took longer than the matmul it fed
+  (`experiments/benchmarks/update_profile.py`; docs/results.md, "Update
+  speed"). So when x^T is the larger copy, this computes (g^T @ x)^T
+  instead: it transposes g and the [N, K] result, M*N + K*N elements
+  instead of M*K.
   """
   out_dtype = x_MxK.dtype if out_dtype is None else out_dtype
   (m, k), n = x_MxK.shape, g_MxN.shape[1]

@@ -68,7 +68,7 @@ def apply_if(ok: jax.Array, optimizer: optax.GradientTransformation, grads, opt_
   the old ones, which raises XLA:CPU's temp buffer for the update above
   the backward pass's own peak; this way the backward's peak is the
   update's (the update's compiled peak for SmolLM2-135M:
-  `experiments/benchmarks/grpo_step.py`, docs/results.md "The RL update").
+  `experiments/benchmarks/grpo_step.py`, docs/results.md "Update memory").
   A skipped update reports `update_norm` NaN. With finite gradients and a
   finite state AdamW's update is finite (its denominator is >= eps);
   callers still count a non-finite `update_norm` as skipped, so the loop's

@@ -7,7 +7,7 @@ glibc's mmap threshold). glibc serves an allocation above its mmap threshold
 (at most 32 MiB) with a fresh `mmap` and returns it with `munmap` on free,
 so every call touches a new zeroed mapping: one page fault per 4 KiB page.
 `experiments/benchmarks/host_malloc.py` measures the page faults and the
-time they cost (docs/results.md, "The RL update"). PyTorch on
+time they cost (docs/results.md, "Host memory policy"). PyTorch on
 the same workload allocates tensors below the threshold, which glibc
 reuses from its heap.
 
@@ -28,7 +28,7 @@ stay resident. `release_free_memory()` hands those holes back to the OS
 SmolLM2-135M's GRPO step the heap holds holes left by loading and the rollout
 when the update's temp buffer is allocated, so releasing them lowers the
 step's peak RSS (`experiments/benchmarks/smollm2_step.py` measures the
-step's peak; docs/results.md, "The RL update", has the figures).
+step's peak; docs/results.md, "Update memory", has the figures).
 
 The malloc settings only work before the XLA backend exists (the backend's threads pick
 their malloc arena when they start) and only with glibc. Entry points call
