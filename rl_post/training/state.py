@@ -148,16 +148,21 @@ def create_train_state(model_config, optimizer, mesh, rules, rng, params=None,
 
 def model_params(state: TrainState, lora=None):
   """The policy's full params: `state.params`, or with adapters the base (an
-  int8 one dequantized) with them merged in (a new copy; for sampling,
-  evaluation and export)."""
+  int8 one dequantized) with them merged in (for sampling, evaluation and
+  export): new [L]-stacked blocks, and the base's own embedding and final
+  norm, which no adapter changes (shared, not copied: the sampler's copy is
+  one head's bytes smaller; experiments/benchmarks/step_buffers.py)."""
   if state.frozen is None:
     return state.params
   return _merged(state.frozen, state.params, lora)
 
 
 @jax.jit
-def _merged_jit(frozen, adapters, scale):
-  return lora_lib.merge_scaled(quant.base_params(frozen), adapters, scale)
+def merged_blocks(frozen, adapters, scale):
+  """The [L]-stacked blocks of the base with the adapters merged in (`scale`:
+  alpha / r), alone: a jitted function returns fresh buffers even for an input
+  it passes through, so the leaves no adapter changes stay out of it."""
+  return lora_lib.merge_scaled(quant.base_params(frozen), adapters, scale)["blocks"]
 
 
 base_params = jax.jit(quant.base_params)  # a LoRA state's base as float params (for the
@@ -167,4 +172,5 @@ base_params = jax.jit(quant.base_params)  # a LoRA state's base as float params 
 def _merged(frozen, adapters, lora):
   if not _lora_on(lora):
     raise ValueError("a state with frozen base params needs the run's LoraConfig")
-  return _merged_jit(frozen, adapters, lora.scale)
+  base = frozen["params"] if quant.is_quantized(frozen) else frozen  # float outside blocks
+  return dict(base, blocks=merged_blocks(frozen, adapters, lora.scale))

@@ -85,3 +85,22 @@ def test_state_keeps_the_base_int8(tiny_model_config, make_random_params):
 def test_bad_base_quant_is_refused(section, message):
   with pytest.raises(ValueError, match=message):
     lora_lib.LoraConfig(**section)
+
+
+@pytest.mark.parametrize("base_quant", ["", "int8"])
+def test_merged_policy_shares_the_bases_embedding(tiny_model_config, make_random_params,
+                                                  base_quant):
+  # the sampler's params: merged blocks, and the base's own embedding (no second copy)
+  config, params = tiny_model_config, make_random_params(tiny_model_config)
+  lora = lora_lib.LoraConfig(rank=2, base_quant=base_quant)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1, 1),
+                           ("data", "fsdp", "tensor", "context"))
+  state = state_lib.create_train_state(config, optax.adam(1e-2), mesh, sharding.DEFAULT_RULES,
+                                       jax.random.key(0), params=params, lora=lora)
+  state = state.replace(params=jax.tree.map(lambda x: x + 0.1, state.params))  # B != 0
+  merged = state_lib.model_params(state, lora)
+  base = state.frozen["params"] if base_quant else state.frozen
+  assert merged["embed"]["embedding"] is base["embed"]["embedding"]
+  expected = lora_lib.merge_scaled(quant.base_params(state.frozen), state.params, lora.scale)
+  assert jax.tree.structure(merged) == jax.tree.structure(expected)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), merged, expected)
