@@ -225,7 +225,7 @@ def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> Mode
   """
   values = dict(config.model.to_dict()) if "model" in config else {}
   path = pretrained_path(config)
-  dtype = config.pretrained.get("dtype") or None if path else None
+  dtype = (config.pretrained.get("dtype") or None) if path else None
   return _model_config(values, path, dtype, config.get("mesh", {}), tokenizer)
 
 
