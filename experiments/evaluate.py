@@ -53,9 +53,13 @@ def main(argv):
       max_new_tokens=_MAX_NEW_TOKENS.value, batch_size=_BATCH_SIZE.value)
   checkpoint = cli.checkpoint_or_pretrained(_CHECKPOINT.value, _CONFIG.value)
   # an episodes config: its held-out episode tasks (rl_post/evaluate/episodes.py)
-  kind = episodes if trainer_rounds.load(_CONFIG.value.get("episodes")) else checkpoint_eval
-  result = kind.evaluate_checkpoint(_CONFIG.value, checkpoint, settings)
-  paths = kind.write_outputs(_WORKDIR.value, result)
+  section = trainer_rounds.load(_CONFIG.value.get("episodes"))  # parsed once, passed down
+  if section is not None:
+    result = episodes.evaluate_checkpoint(_CONFIG.value, checkpoint, settings, section=section)
+    paths = episodes.write_outputs(_WORKDIR.value, result)
+  else:
+    result = checkpoint_eval.evaluate_checkpoint(_CONFIG.value, checkpoint, settings)
+    paths = checkpoint_eval.write_outputs(_WORKDIR.value, result)
   with open(paths["markdown"]) as f:
     print(f.read())
   print(f"wrote {paths['json']} and {paths['markdown']}")

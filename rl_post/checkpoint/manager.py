@@ -5,7 +5,7 @@ holds three items:
 
   state/  the pytree (StandardSave); typed PRNG keys stored as their raw
           `jax.random.key_data`, since a key dtype is not a storable dtype
-  extra/  caller's JSON dict (e.g. curriculum state)
+  extra/  caller's JSON dict (e.g. curriculum state), in extra/metadata (`extra_path`)
   meta/   our bookkeeping: which leaves were typed keys, and their impl, and
           a CRC32 per array leaf (`rl_post.checkpoint.integrity`)
 
@@ -275,6 +275,11 @@ class CheckpointManager:
   def latest_step(self) -> int | None:
     """The newest saved step, or None if there is none."""
     return self._mgr.latest_step()
+
+  def extra_path(self, step: int) -> str:
+    """The file holding the extra dict saved with `step` (Orbax's JSON item), for
+    messages about what it holds."""
+    return os.path.join(self.directory, str(step), _EXTRA, "metadata")
 
   def read_extra(self, step: int | None = None) -> dict | None:
     """The extra dict saved with `step` (default: latest) without its state, or None

@@ -1,13 +1,16 @@
 """The `episodes` config section: its dataclass, loading, and what it fixes for a run.
 
   section = load(config.episodes)        # EpisodesConfig, or None when absent / disabled
-  tokenizer_for(config)                  # the call-vocabulary tokenizer, or None
+  tokenizer_for(section)                 # the call-vocabulary tokenizer, or None
   encode_prompt, encode_observation = encoders(section, tokenizer)
 
 Shared by everything that runs or imitates a run's episodes: the trainer's
 rounds (`rl_post.envs.trainer_rounds`), the held-out set
 (`rl_post.envs.heldout`), the SFT cold start (`rl_post.sft.episodes`) and
-checkpoint evaluation (`rl_post.evaluate.episodes`).
+checkpoint evaluation (`rl_post.evaluate.episodes`). Each entry point (the
+RL components, the SFT trainer, the cold-start collector, checkpoint
+evaluation) calls `load` once and passes the `EpisodesConfig` (or None) down;
+nothing below it reads the raw section.
 """
 
 import dataclasses
@@ -188,9 +191,9 @@ def load(section) -> Optional[EpisodesConfig]:
   return config
 
 
-def tokenizer_for(config) -> Optional[CallVocabTokenizer]:
-  """The tokenizer the run must use instead of `tokenizer.path` (None: that one)."""
-  section = load(config.get("episodes"))
+def tokenizer_for(section: Optional[EpisodesConfig]) -> Optional[CallVocabTokenizer]:
+  """The tokenizer the run must use instead of `tokenizer.path` (None: that one), for
+  the run's parsed episodes section (`load`; None: single-turn rounds)."""
   if section is None or section.tokenizer != "call_vocab":
     return None
   if not section.tools:

@@ -61,28 +61,31 @@ from rl_post.sandbox import Sandbox, SandboxConfig
 from rl_post.tasks.base import Verdict
 
 
-def from_config(config, rl, tokenizer, sampling) -> Optional["EpisodeRounds"]:
-  """The run's episode rounds, or None when `config.episodes` is absent or disabled.
+def rounds_for(section: Optional[EpisodesConfig], *, tasks_heldout_size: int, seed: int, rl,
+               tokenizer, sampling) -> Optional["EpisodeRounds"]:
+  """The run's episode rounds for its parsed `episodes` section (`load`), or None when
+  that is absent or disabled (None).
 
+  Args:
+    tasks_heldout_size: the parsed `tasks.heldout_size` (the single-turn held-out set).
+    seed: the run's seed; rl: its `RLConfig`.
   Raises:
     ConfigError: a single-turn held-out set (`tasks.heldout_size` > 0) beside
       episodes: an episodes run evaluates `episodes.heldout_size` episode tasks.
   """
-  section = load(config.get("episodes"))
   if section is None:
     return None
-  heldout = (config.get("tasks") or {}).get("heldout_size", 0)
-  if heldout:
-    raise ConfigError("tasks.heldout_size", heldout, "is the single-turn held-out set; an "
-                      "episodes run evaluates held-out episode tasks: set it to 0 and use "
-                      "episodes.heldout_size")
+  if tasks_heldout_size:
+    raise ConfigError("tasks.heldout_size", tasks_heldout_size, "is the single-turn held-out "
+                      "set; an episodes run evaluates held-out episode tasks: set it to 0 and "
+                      "use episodes.heldout_size")
   if rl.async_rewards:
     raise ValueError("episodes.enabled needs rl.async_rewards=False: an episode round scores "
                      "its episodes itself (the verifier runs at each episode's end)")
   if section.turn_tokens > rl.max_new_tokens:
     raise ConfigError("episodes.turn_tokens", section.turn_tokens, f"must be <= "
                       f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")
-  return EpisodeRounds(section, seed=int(config.seed), tokenizer=tokenizer, sampling=sampling)
+  return EpisodeRounds(section, seed=int(seed), tokenizer=tokenizer, sampling=sampling)
 
 
 def episode_rewards(verifier_B, calls_B, successes_B, weight: float) -> np.ndarray:

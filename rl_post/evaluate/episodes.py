@@ -25,14 +25,19 @@ import jax
 import ml_collections
 
 from rl_post.envs import trainer_rounds
+from rl_post.envs.section import EpisodesConfig
 from rl_post.errors import ConfigError
 from rl_post.eval.episodes import heldout_metrics
 from rl_post.evaluate import checkpoint_eval
 from rl_post.sampling.sampler import SamplingConfig
 
 def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
-                        settings: checkpoint_eval.EvalSettings) -> dict:
+                        settings: checkpoint_eval.EvalSettings, *,
+                        section: EpisodesConfig | None = None) -> dict:
   """Greedy and sampled episodes of `checkpoint` on the held-out episode tasks.
+
+  `section`: the config's `episodes` section as the entry point parsed it
+  (`trainer_rounds.load`); parsed here when None.
 
   Returns:
     The eval.json content: the checkpoint, its training step and skipped
@@ -44,7 +49,8 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
     ConfigError: no enabled episodes section, `episodes.heldout_size` 0, or
       an episode budget (--max_new_tokens) below `episodes.turn_tokens`.
   """
-  section = trainer_rounds.load(config.get("episodes"))
+  if section is None:
+    section = trainer_rounds.load(config.get("episodes"))
   if section is None:
     raise ConfigError("episodes.enabled", False, "evaluating episodes needs the config's "
                       "enabled episodes section")
@@ -54,7 +60,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, checkpoint: str,
     raise ConfigError("--max_new_tokens", settings.max_new_tokens, "is an episode's token "
                       f"budget: it must be >= episodes.turn_tokens ({section.turn_tokens})")
   tokenizer, _, _, loaded = checkpoint_eval.load_for_eval(
-      config, checkpoint, tokenizer=trainer_rounds.tokenizer_for(config))
+      config, checkpoint, tokenizer=trainer_rounds.tokenizer_for(section))
   rounds = trainer_rounds.EpisodeRounds(
       section, seed=int(config.seed), tokenizer=tokenizer,
       sampling=SamplingConfig(settings.max_new_tokens, settings.temperature))

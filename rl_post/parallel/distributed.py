@@ -147,7 +147,8 @@ def initialize(section) -> InitArgs | None:
   """Initialises multi-controller JAX per the `distributed` section; once per process.
 
   Args:
-    section: the config's `distributed` section (ConfigDict/dict) or None.
+    section: the config's `distributed` section (ConfigDict/dict) or None, or
+      the section already parsed (a `DistributedConfig`).
   Returns:
     The InitArgs used (also on a repeated call), or None when single-process.
   Raises:
@@ -155,7 +156,8 @@ def initialize(section) -> InitArgs | None:
       (distributed init must come first).
   """
   global _INITIALIZED
-  config = from_section(DistributedConfig, section, "distributed")
+  config = (section if isinstance(section, DistributedConfig)
+            else from_section(DistributedConfig, section, "distributed"))
   args = resolve(config)
   if args is None or _INITIALIZED is not None:
     return _INITIALIZED if args is not None else None

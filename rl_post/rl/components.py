@@ -1,6 +1,15 @@
 """What an RL run is built from, once, from its config: the run context,
 validated sections, the rollout source, optimizer(s), shardings and the
-jitted update, reference and value functions (used by `rl_post.rl.trainer`)."""
+jitted update, reference and value functions (used by `rl_post.rl.trainer`).
+
+Every section is parsed here, once, into its typed dataclass (`rl_sections`,
+the built-in sources' `rollout_source.sections`, `training.run.run_sections`)
+and passed down as such. The raw config travels on for two reasons only:
+writing workdir/config.json (and naming what a resume changed against the
+stored one: `RunContext.config`), and a `module:Class` rollout source, which
+is built as `Source(components, config)` so it can read a section of its own.
+The `compile` section is applied by `rl_post.cli` before the entry point runs.
+"""
 
 import jax
 import numpy as np
@@ -24,13 +33,14 @@ from rl_post.training import state as state_lib
 from rl_post.training.faults import FaultsConfig
 from rl_post.training.guard import GuardConfig
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
-from rl_post.training.run import setup_run
+from rl_post.training.run import run_sections, setup_run
 from rl_post.training.step import jit_train_step
 
 
 def rl_sections(config) -> dict:
-  """The RL trainer's own config sections, parsed and cross-checked: what a run (or the
-  demo pipeline, before any stage) validates before it reads inputs or writes files."""
+  """The RL trainer's own config sections, parsed and cross-checked, and those the
+  built-in rollout sources read (`rollout_source.sections`): what a run (or the demo
+  pipeline, before any stage) validates before it reads inputs or writes files."""
   sections = dict(
       rl=rl_config.load(config.get("rl")),
       tasks=from_section(TaskConfig, config.get("tasks"), "tasks"),
@@ -38,7 +48,8 @@ def rl_sections(config) -> dict:
       rewards=from_section(RewardConfig, config.get("rewards"), "rewards"),
       filtering=from_section(filtering.FilterConfig, config.get("filtering"), "filtering"),
       guard=from_section(GuardConfig, config.get("guard"), "guard"),
-      faults=from_section(FaultsConfig, config.get("faults"), "faults"))
+      faults=from_section(FaultsConfig, config.get("faults"), "faults"),
+      **rollout_source.sections(config))
   if sections["rl"].async_rewards and sections["filtering"].enabled:
     raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
                      "see a round's rewards before drawing the next one")
@@ -61,16 +72,20 @@ def check_context_widths(rl, length_buckets, layout: str, context: int):
 
 
 class RLComponents:
-  """Everything the loop needs, built once from the config."""
+  """Everything the loop needs, built once from the config: each parsed section as an
+  attribute (`rl`, `tasks`, `opt`, ..., `run`: the run-wide `RunSections`)."""
 
   def __init__(self, config, workdir):
     # the trainer's own sections first: a bad value is reported before the run's inputs
     # (tokenizer, mesh, workdir) are looked at
-    for name, section in rl_sections(config).items():
+    sections = rl_sections(config)
+    for name, section in sections.items():
       setattr(self, name, section)
     rl = self.rl
-    source_cls = rollout_source.source_class(rl.rollout_source, config)
-    self.ctx = ctx = setup_run(config, workdir, tokenizer=source_cls.tokenizer_for(config))
+    source_cls = rollout_source.source_class(rl.rollout_source, sections["episodes"])
+    self.run = run_sections(config)
+    self.ctx = ctx = setup_run(config, workdir, sections=self.run,
+                               tokenizer=source_cls.tokenizer_for(self, config))
     # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
     self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
     divisor = ctx.batch_divisor()
@@ -88,7 +103,7 @@ class RLComponents:
     # where rollouts come from: single-turn, episodes, or a "module:Class" of the config's
     # (rl_post/rl/rollout_source.py); its own settings are checked here
     self.source = source_cls(self, config)
-    self.mixture = eval_sets.make_mixture(self.tasks, int(config.seed))  # unbuilt: a user error
+    self.mixture = eval_sets.make_mixture(self.tasks, self.run.seed)  # unbuilt: a user error
     self.optimizer = make_optimizer(self.opt)
     mesh, rules = ctx.mesh, ctx.rules
     self.state_shardings = state_lib.state_shardings(ctx.model_config, self.optimizer, mesh,

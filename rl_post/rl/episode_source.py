@@ -21,19 +21,18 @@ from rl_post.rl.rollout_source import Round, RolloutSource
 class EpisodeSource(RolloutSource):
   """B tasks x G episodes per round (`episodes` config section)."""
 
-  @staticmethod
-  def wanted(config) -> bool:
-    """Whether the config's `episodes` section is enabled (validating it)."""
-    return trainer_rounds.load(config.get("episodes")) is not None
-
   @classmethod
-  def tokenizer_for(cls, config):
-    return trainer_rounds.tokenizer_for(config)
+  def tokenizer_for(cls, components, config):
+    del config
+    return trainer_rounds.tokenizer_for(components.episodes)
 
   def __init__(self, components, config):
+    del config  # every setting it reads is in the parsed components (`components.episodes`)
     c, rl = components, components.rl
     self.c = c
-    self.rounds = trainer_rounds.from_config(config, rl, c.ctx.tokenizer, c.sampling)
+    self.rounds = trainer_rounds.rounds_for(
+        c.episodes, tasks_heldout_size=c.tasks.heldout_size, seed=c.run.seed, rl=rl,
+        tokenizer=c.ctx.tokenizer, sampling=c.sampling)
     if self.rounds is None:
       raise ConfigError("rl.rollout_source", "episodes", "needs the episodes section with "
                         "episodes.enabled=True")

@@ -73,15 +73,15 @@ class Run:
 
   Attributes:
     c: the run's `RLComponents` (its rollout source included).
-    config, workdir: as `train` was given them.
+    workdir: as `train` was given it.
     ref_params: the frozen reference's params copy, or None (`c.reference_params`).
-    initial_mixture: the mixture's state at the start, restored with the initial state.
+    initial_host: the host-side state at the start (`start_state.host_state`: the
+      mixture's and the rollout source's), restored with the initial state.
     fingerprint: the tokenizer's, saved with every checkpoint.
     compiled_shapes: (step_fn, batch shapes) compiled ahead of their first update.
     release_memory: hand free heap pages back before each update (XLA:CPU).
   """
   c: Any
-  config: Any
   workdir: str
   ref_params: Any
   checkpoints: Any
@@ -94,7 +94,7 @@ class Run:
   pipeline: Any
   compile_clock: Any
   preempt: Any
-  initial_mixture: dict
+  initial_host: dict
   fingerprint: Any
   compiled_shapes: set
   release_memory: bool

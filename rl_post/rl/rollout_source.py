@@ -12,13 +12,24 @@ One round, as data (N = B tasks x G rollouts, group-major):
   trainer: critic values, rewards awaited, dynamic filtering, the update
   source.observe(scored)                 -> the step's metrics (a curriculum sees its rounds)
   source.evaluate(params, step=, key=)   -> held-out metrics ({} when there are none)
+  source.state_dict()  -> {...}          saved with every checkpoint (JSON host state)
+  source.load_state_dict(state)          after a restore ({} from a checkpoint without it)
 
 The trainer builds one source at start-up (`source_class(...)(components, config)`),
 calls `start()` once its checkpoint is restored, `close()` when it ends, and
 never asks which kind it holds. A round's tasks and rollouts must be a function
 of (seed, `it`, `rnd`) and the source's restored state, and `key` is the only
 randomness a round may draw on, so that a resumed run repeats exactly what an
-uninterrupted one would have done. The built-ins are loaded like any other
+uninterrupted one would have done. A source with state of its own (a
+curriculum, a replay buffer, counters) returns it from `state_dict`: the
+trainer stores it as the "source" entry of each checkpoint's extra JSON item
+(`checkpoints/<step>/extra/metadata`, beside the task mixture's curriculum state) and
+hands it back to `load_state_dict` after it restores that checkpoint (or
+rolls back to it); a fresh start or a rollback past every checkpoint gets
+the state the source had when it was built. The state changes in `observe`
+only, never in `launch`: step t's checkpoint is written after step t + 1's
+rounds were launched (metrics one step late, async rewards), and a rollback
+drops rounds already launched. The built-ins are loaded like any other
 source: single-turn generation over the task mixture
 (`rl_post.rl.single_turn_source`) and multi-turn episodes with tools
 (`rl_post.rl.episode_source`, over `rl_post.envs`).
@@ -27,6 +38,7 @@ source: single-turn generation over the task mixture
 import importlib
 from typing import Any, NotRequired, Optional, TypedDict
 
+from rl_post.envs import section as episodes_section
 from rl_post.errors import ConfigError
 
 BUILTIN = {"single_turn": "rl_post.rl.single_turn_source:SingleTurnSource",
@@ -60,10 +72,13 @@ class RolloutSource:
   """Rounds of rollouts for the RL trainer (the module docstring has the contract).
 
   A source is built as `Source(components, config)`: the run's
-  `rl_post.rl.components.RLComponents` (the `rl` section, the run context
+  `rl_post.rl.components.RLComponents` (every library section already parsed:
+  `rl`, `tasks`, `rewards`, `episodes`, `run` with the seed; the run context
   with its tokenizer and mesh, `model_config`, `sampling`, the task
   `mixture`, `shard` / `build_rows` for global batches, `ref_fn_for`) and the
-  whole config. A bad setting should raise there, before the run writes files.
+  raw config, for a section of the source's own (the library's sections are
+  read from `components`, parsed once). A bad setting should raise there,
+  before the run writes files.
 
   Attributes:
     shapes: the update shapes its rounds can reach (`rl.shape_buckets.plan`),
@@ -72,9 +87,10 @@ class RolloutSource:
   shapes = None
 
   @classmethod
-  def tokenizer_for(cls, config) -> Optional[Any]:
-    """The tokenizer the run must use instead of `tokenizer.path` (None: that one)."""
-    del config
+  def tokenizer_for(cls, components, config) -> Optional[Any]:
+    """The tokenizer the run must use instead of `tokenizer.path` (None: that one).
+    Called before the run context exists: `components` has its parsed sections only."""
+    del components, config
     return None
 
   def start(self) -> None:
@@ -101,6 +117,16 @@ class RolloutSource:
   def close(self) -> None:
     """Stops what `start` or the rounds started."""
 
+  def state_dict(self) -> dict:
+    """The source's own host state, saved with every checkpoint: a JSON-serialisable
+    dict (JSON turns tuples into lists and keys into strings). {}: none."""
+    return {}
+
+  def load_state_dict(self, state: dict) -> None:
+    """Restores what `state_dict` returned, after the trainer restores a checkpoint
+    (or rolls back to one); {} from a checkpoint saved without it."""
+    del state
+
 
 def import_source(spec: str) -> type:
   """The `RolloutSource` subclass named "package.module:Class".
@@ -119,19 +145,26 @@ def import_source(spec: str) -> type:
   return cls
 
 
-def source_class(name: str, config) -> type:
+def sections(config) -> dict:
+  """The sections the built-in sources read, parsed once for the run (`RLComponents`
+  holds each as an attribute): "episodes", the `EpisodesConfig` (None when the section
+  is absent or disabled)."""
+  return {"episodes": episodes_section.load(config.get("episodes"))}
+
+
+def source_class(name: str, episodes) -> type:
   """The source class a run uses: `name` (`rl.rollout_source`, a built-in or
-  "module:Class"), or for "" the episodes source when the config's `episodes`
-  section is enabled, else single-turn.
+  "module:Class"), or for "" the episodes source when the run's parsed
+  `episodes` section (`rl_post.envs.section.load`: an `EpisodesConfig`, None
+  when absent or disabled) is enabled, else single-turn.
 
   Raises:
     ConfigError: an unknown name, a spec that does not load, or "single_turn"
       beside an enabled `episodes` section.
   """
   if not name:
-    episodes = import_source(BUILTIN["episodes"])
-    return episodes if episodes.wanted(config) else import_source(BUILTIN["single_turn"])
-  if name == "single_turn" and (config.get("episodes") or {}).get("enabled", False):
+    return import_source(BUILTIN["episodes" if episodes is not None else "single_turn"])
+  if name == "single_turn" and episodes is not None:
     raise ConfigError("rl.rollout_source", name, "leaves the enabled episodes section unused: "
                       "set episodes.enabled=False, or rl.rollout_source to \"\" or \"episodes\"")
   if ":" not in name and name not in BUILTIN:

@@ -4,13 +4,18 @@ newest good checkpoint of its workdir (used by `rl_post.rl.trainer`).
   state = fresh_state(c)          params from rl.init_from (an SFT export), config.pretrained,
                                   or a fresh init; plus the algorithm's critic
   ref = reference_copy(c, state)  the starting policy in rl.ref_dtype, or None
-  state, it = restore_latest(c, checkpoints, initial_mixture, config, workdir)
+  initial = host_state(c)         the host-side state at the start
+  state, it = restore_latest(c, checkpoints, initial, workdir)
 
-A checkpoint holds the TrainState, the iteration count, the mixture's
-curriculum state and the tokenizer's fingerprint; a workdir whose newest
-checkpoints are all corrupt starts again from the initial state.
+A checkpoint holds the TrainState and, in its extra JSON item
+(`checkpoints/<step>/extra/metadata`), the iteration count, the tokenizer's
+fingerprint and the host-side state (`host_state`): the mixture's curriculum
+state ("mixture") and the rollout source's own ("source",
+`RolloutSource.state_dict`). A workdir whose newest checkpoints are all
+corrupt starts again from the initial state.
 """
 
+import json
 import os
 
 import jax
@@ -51,7 +56,7 @@ def initial_params(ctx: RunContext, rl: RLConfig):
     raise ConfigError("rl.init_from", rl.init_from, f"holds a model that differs from "
                       f"config.model in {diff} (stored, configured)")
   tokenizer_fingerprint.check(tokenizer_fingerprint.read(rl.init_from), ctx.tokenizer,
-                              "rl.init_from", rl.init_from, ctx.config.tokenizer.path)
+                              "rl.init_from", rl.init_from, ctx.sections.tokenizer_path)
   with errors.reading("rl.init_from", rl.init_from):
     return load_params(rl.init_from,
                        state_lib.abstract_sharded_params(ctx.model_config, ctx.mesh, ctx.rules))
@@ -80,25 +85,71 @@ def reference_copy(c: RLComponents, state):
       state.params if state.frozen is None else state_lib.base_params(state.frozen))
 
 
-def restore_latest(c: RLComponents, checkpoints, initial_mixture: dict, config,
-                    workdir: str):
+def host_state(c: RLComponents) -> dict:
+  """The host-side state saved with every checkpoint: {"mixture": the task
+  mixture's curriculum state, "source": the rollout source's `state_dict()`}.
+
+  Raises:
+    TypeError: the source's state is not a JSON-serialisable dict.
+  """
+  source = c.source.state_dict()
+  try:
+    json.dumps(source, allow_nan=False)
+    ok = isinstance(source, dict)
+  except (TypeError, ValueError):
+    ok = False
+  if not ok:
+    raise TypeError(f"{type(c.source).__name__}.state_dict() must return a JSON-serialisable "
+                    f"dict (rl_post.rl.rollout_source), got {type(source).__name__}")
+  return {"mixture": c.mixture.state_dict(), "source": source}
+
+
+def _load_source_state(c: RLComponents, extra: dict, path: str, workdir: str):
+  """Hands the checkpoint's "source" entry (at `path`; {} when it has none: saved
+  before sources had state) to the rollout source.
+
+  Raises:
+    MissingInputError: naming `path` when the entry is not a JSON object or the
+      source refuses it.
+  """
+  state = extra.get("source", {})
+  if not isinstance(state, dict):
+    raise MissingInputError("--workdir", workdir, f"has a checkpoint whose rollout source "
+                            f"state ({path}, entry \"source\") is not a JSON object: "
+                            f"{type(state).__name__}")
+  try:
+    c.source.load_state_dict(state)
+  except (KeyError, TypeError, ValueError) as e:
+    raise MissingInputError("--workdir", workdir, f"has a checkpoint whose rollout source "
+                            f"state ({path}, entry \"source\") "
+                            f"{type(c.source).__name__} cannot load: "
+                            f"{errors.one_line(e)}") from None
+
+
+def _start_over(c: RLComponents, initial: dict):
+  """The initial state, with the host-side state the run started with."""
+  c.mixture.load_state_dict(initial["mixture"])
+  c.source.load_state_dict(initial["source"])
+  return fresh_state(c), 0
+
+
+def restore_latest(c: RLComponents, checkpoints, initial: dict, workdir: str):
   """(state, iteration) of the newest good checkpoint, or the initial state; the
-  mixture's curriculum state restored with it."""
+  host-side state (`host_state`: the mixture's curriculum, the rollout source's
+  own) restored with it, `initial` with the initial state."""
   ctx = c.ctx
   if checkpoints.latest_step() is None:
-    c.mixture.load_state_dict(initial_mixture)
-    return fresh_state(c), 0
+    return _start_over(c, initial)
   try:
     restored, extra = checkpoints.restore(c.abstract_state(), fallback=True)
   except CorruptCheckpointError as e:  # all moved aside to checkpoints/corrupt/
     logging.warning("%s\nstarting again from the initial state", e)
-    c.mixture.load_state_dict(initial_mixture)
-    return fresh_state(c), 0
+    return _start_over(c, initial)
   except CheckpointMismatchError as e:
-    raise mismatched_checkpoints(workdir, config, e, checkpoints.read_extra(),
+    raise mismatched_checkpoints(workdir, ctx.config, e, checkpoints.read_extra(),
                                  ctx.tokenizer) from None
   tokenizer_fingerprint.check(extra.get("tokenizer"), ctx.tokenizer, "--workdir", workdir,
-                              config.tokenizer.path)
+                              ctx.sections.tokenizer_path)
   if "rl_step" not in extra:  # an SFT run's state has the same tree as GRPO's
     raise ConfigError("--workdir", workdir, "holds another kind of run's checkpoints (an "
                       "SFT run's?); start RL from its export with rl.init_from=<that "
@@ -106,7 +157,9 @@ def restore_latest(c: RLComponents, checkpoints, initial_mixture: dict, config,
   if "mixture" in extra:
     c.mixture.load_state_dict(extra["mixture"])
   else:
-    c.mixture.load_state_dict(initial_mixture)
+    c.mixture.load_state_dict(initial["mixture"])
     if c.tasks.curriculum.enabled:
       logging.warning("checkpoint has no mixture state: the curriculum restarts")
-  return restored, int(extra["rl_step"])
+  step = int(extra["rl_step"])
+  _load_source_state(c, extra, checkpoints.extra_path(step), workdir)
+  return restored, step

@@ -17,10 +17,10 @@ wait counts in `time/train_s` and `time/step_s` (not in the next step's
 Programs built (traced and compiled) are counted and timed apart
 (`time/compile_s`, `compile/programs`, `time/<phase>_compile_s`), and
 `throughput/rollout_tokens_per_s` leaves the rollout's compile time out.
-Checkpoints hold the TrainState, the iteration count and the mixture's
-curriculum state (rl/start_state.py); task batches and sampling keys are
-functions of (seed, iteration, round) and that state, so a resumed run
-repeats exactly what an uninterrupted one would have done.
+Checkpoints hold the TrainState, the iteration count, the mixture's
+curriculum state and the rollout source's own state (rl/start_state.py); task
+batches and sampling keys are functions of (seed, iteration, round) and that
+state, so a resumed run repeats exactly what an uninterrupted one would have done.
 
 The loop's state is explicit (rl/loop_state.py): `Run` holds what it uses,
 `LoopState` what each iteration changes, `Step` an update still on the
@@ -161,7 +161,7 @@ def _release_before_update(step_fn, state, batch, compiled: set) -> None:
 
 def _save(run: Run, state, done: int):
   run.checkpoints.save(done, state, extra={"rl_step": done,
-                                           "mixture": run.c.mixture.state_dict(),
+                                           **start_state.host_state(run.c),
                                            "tokenizer": run.fingerprint}, force=True)
 
 
@@ -243,8 +243,8 @@ def _roll_back(run: Run, loop: LoopState, done: int) -> Outcome:
   """The guard's verdict on step `done`: back to the newest good checkpoint; the
   rollout already drawn for the next step is dropped."""
   c = run.c
-  loop.state, restored_at = start_state.restore_latest(
-      c, run.checkpoints, run.initial_mixture, run.config, run.workdir)
+  loop.state, restored_at = start_state.restore_latest(c, run.checkpoints, run.initial_host,
+                                                       run.workdir)
   if run.pipeline is not None:
     run.pipeline.drain()  # sampled by the abandoned policy
   run.guard.rolled_back(done, restored_at)
@@ -342,14 +342,14 @@ def train(config, workdir: str) -> dict:
   c = RLComponents(config, workdir)
   ctx, rl = c.ctx, c.rl
   state = start_state.fresh_state(c)
-  initial_mixture = c.mixture.state_dict()
+  initial_host = start_state.host_state(c)  # the mixture's and the source's
   ref_params = start_state.reference_copy(c, state)
   fault_log = FaultLog(workdir)
   checkpoints = CheckpointManager(os.path.join(workdir, "checkpoints"), max_to_keep=3,
                                   on_event=fault_log.record)
   start = 0
   if checkpoints.latest_step() is not None:
-    state, start = start_state.restore_latest(c, checkpoints, initial_mixture, config, workdir)
+    state, start = start_state.restore_latest(c, checkpoints, initial_host, workdir)
     logging.info("resumed from iteration %d", start)
   check_not_past(start, rl.num_steps, "rl.num_steps", workdir)
   ctx.write_config(start)  # after the restore: a workdir the config does not fit keeps its own
@@ -358,7 +358,7 @@ def train(config, workdir: str) -> dict:
   if not rl.peak_flops:
     logging.info("rl.peak_flops is 0: perf/mfu omitted (perf/model_tflop is logged)")
   run = Run(
-      c=c, config=config, workdir=workdir, ref_params=ref_params, checkpoints=checkpoints,
+      c=c, workdir=workdir, ref_params=ref_params, checkpoints=checkpoints,
       writer=writer, guard=NonFiniteGuard(c.guard, fault_log),
       injector=FaultInjector(c.faults, fault_log), fault_log=fault_log,
       timer=StepTimer(compile_clock=compile_clock),
@@ -367,7 +367,7 @@ def train(config, workdir: str) -> dict:
                                               rl.checkpoint_every)
                 if rl.async_rewards else None),
       compile_clock=compile_clock, preempt=SigtermFlag().__enter__(),
-      initial_mixture=initial_mixture, fingerprint=tokenizer_fingerprint.of(ctx.tokenizer),
+      initial_host=initial_host, fingerprint=tokenizer_fingerprint.of(ctx.tokenizer),
       # on XLA:CPU the device's buffers are host memory (rl_post.training.host_memory)
       compiled_shapes=set(), release_memory=host_memory.runs_on_cpu())
   loop = LoopState(state=state, it=start,

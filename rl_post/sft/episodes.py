@@ -97,15 +97,15 @@ class ColdStartConfig:
     object.__setattr__(self, "difficulties", tuple(self.difficulties))
 
 
-def episodes_section(config, dataset: str = ""):
-  """The config's enabled `episodes` section (an `EpisodesConfig`).
+def episodes_section(section, dataset: str = ""):
+  """`section`, the run's parsed `episodes` section (`trainer_rounds.load`), checked to
+  be there (an enabled `EpisodesConfig`).
 
   Raises:
     ConfigError: there is none; the episodes to build or to train on are the
       RL run's, rendered with its tokenizer and chat template. Named on
       `sft.dataset` when `dataset` (a file of episodes to train on) is given.
   """
-  section = trainer_rounds.load(config.get("episodes"))
   if section is None and dataset:
     raise ConfigError("sft.dataset", dataset, "holds multi-turn episodes: the config needs "
                       "the enabled episodes section of the RL run they are for (its tokenizer "
@@ -123,7 +123,7 @@ def sections(config) -> tuple:
     ConfigError: no enabled `episodes` section (`episodes_section`), or a
       cold-start domain that is not one of its domains.
   """
-  section = episodes_section(config)
+  section = episodes_section(trainer_rounds.load(config.get("episodes")))
   cold = from_section(ColdStartConfig, config.get("cold_start"), "cold_start")
   unknown = [d for d in cold.domains if d not in section.domains]
   if unknown:
@@ -249,8 +249,8 @@ def collect(config, out_path: str, *, exclude: frozenset = frozenset(), sandbox=
      tasks kept out), "per_level": {"domain/level": {"drawn", "kept", reason:
      n}}, "domains", "difficulties", "path"}.
   """
-  section, cold = sections(config)
-  tokenizer = run_tokenizer(config, trainer_rounds.tokenizer_for(config))
+  section, cold = sections(config)  # parsed once, here
+  tokenizer = run_tokenizer(config, trainer_rounds.tokenizer_for(section))
   encoders = trainer_rounds.encoders(section, tokenizer)
   held_out = heldout.heldout_tasks(section, int(config.seed))  # the RL run's, same seed
   tasks = draw_tasks(section, cold, int(config.seed),

@@ -43,7 +43,7 @@ from rl_post.training.guard import GuardConfig, NonFiniteGuard
 from rl_post.training.optimizer import OptimizerConfig, make_optimizer
 from rl_post.training.preemption import SigtermFlag
 from rl_post.training.run import (check_not_past, mismatched_checkpoints, pretrained_params,
-                                  scoped_run, setup_run)
+                                  run_sections, scoped_run, setup_run)
 from rl_post.training.step import jit_train_step, make_train_step
 
 EXPORT_DIR = "export"
@@ -187,12 +187,15 @@ def demonstration_batch(mixture: TaskMixture, tokenizer, step: int, sft: SFTConf
 
 def sft_sections(config) -> dict:
   """The SFT trainer's own config sections, parsed: what a run (or the demo pipeline,
-  before any stage) validates before it reads inputs or writes files."""
+  before any stage) validates before it reads inputs or writes files. "episodes" is
+  the RL run's (an `EpisodesConfig`, or None): an episodes cold start trains with its
+  tokenizer and renders multi-turn examples as its episodes are."""
   sections = dict(sft=from_section(SFTConfig, config.get("sft"), "sft"),
                   tasks=from_section(TaskConfig, config.get("tasks"), "tasks"),
                   opt=from_section(OptimizerConfig, config.get("optimizer"), "optimizer"),
                   guard=from_section(GuardConfig, config.get("guard"), "guard"),
-                  faults=from_section(FaultsConfig, config.get("faults"), "faults"))
+                  faults=from_section(FaultsConfig, config.get("faults"), "faults"),
+                  episodes=trainer_rounds.load(config.get("episodes")))
   if sections["faults"].nonfinite_loss_at_steps:
     raise ValueError("faults.nonfinite_loss_at_steps is only supported by the RL trainer "
                      f"(SFT batches have no float input to poison), got "
@@ -213,21 +216,27 @@ def _check_dropped(dropped: int, step: int, sft: SFTConfig):
 
 @scoped_run
 def train(config, workdir: str) -> dict:
-  """Runs (or resumes) SFT; exports params to workdir/export."""
+  """Runs (or resumes) SFT; exports params to workdir/export.
+
+  Every section is parsed here, once (`sft_sections`, `run_sections`), and passed
+  down typed; `config` itself is kept only to write workdir/config.json and to
+  name what a resume changed against the stored one."""
   sections = sft_sections(config)  # before the run's inputs are read
   sft, tasks, opt = sections["sft"], sections["tasks"], sections["opt"]
   examples = sft_dataset.load_examples(sft.dataset) if sft.dataset else None
   episodes = None  # multi-turn examples are rendered as the config's RL episodes are
   if examples and any(isinstance(e, sft_dataset.Episode) for e in examples):
-    episodes = sft_episodes.episodes_section(config, sft.dataset)
+    episodes = sft_episodes.episodes_section(sections["episodes"], sft.dataset)
+  run = run_sections(config)
   # an episodes cold start trains with the RL run's tokenizer (call_vocab for the tiny model)
-  ctx = setup_run(config, workdir, tokenizer=trainer_rounds.tokenizer_for(config))
+  ctx = setup_run(config, workdir, sections=run,
+                  tokenizer=trainer_rounds.tokenizer_for(sections["episodes"]))
   render_episode = sft_episodes.renderer(episodes, ctx.tokenizer) if episodes else None
   if sft.row_multiple % ctx.batch_divisor():
     field = "sft.pack_row_multiple" if sft.packing else "sft.batch_size"
     raise ConfigError(field, sft.row_multiple, f"rows per batch must be a multiple of the mesh "
                       f"batch axes ({ctx.batch_divisor()})")
-  mixture = TaskMixture(tasks, int(config.seed))
+  mixture = TaskMixture(tasks, run.seed)
   optimizer = make_optimizer(opt)
   shardings = state_lib.state_shardings(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
                                         sft.lora)
@@ -265,7 +274,7 @@ def train(config, workdir: str) -> dict:
       raise ConfigError("--workdir", workdir, "holds an RL run's checkpoints; SFT needs a "
                         "workdir of its own")
     tokenizer_fingerprint.check(extra.get("tokenizer"), ctx.tokenizer, "--workdir", workdir,
-                                config.tokenizer.path)
+                                run.tokenizer_path)
     return restored
 
   # saved with every step: the run's kind (an RL trainer refuses them) and tokenizer
@@ -285,7 +294,7 @@ def train(config, workdir: str) -> dict:
     while it < sft.num_steps:
       with timer("step"):
         batch, dropped = demonstration_batch(mixture, ctx.tokenizer, it, sft, examples,
-                                             int(config.seed), render_episode)
+                                             run.seed, render_episode)
         _check_dropped(dropped, it + 1, sft)
         state, metrics = step_fn(state, process_data.put_batch(batch, batch_sharding))
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}

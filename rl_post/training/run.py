@@ -1,15 +1,23 @@
 """What every entry point does before its loop: workdir, config, mesh.
 
-`RunContext` gathers the pieces both trainers need so neither duplicates
-them: the resolved config written to `workdir/config.json`, the mesh and
-sharding rules, the model config and the tokenizer.
+  sections = run_sections(config)         # parsed once, at the trainer's entry point
+  ctx = setup_run(config, workdir, sections=sections, tokenizer=...)
+
+`RunSections` is the typed view of the run-wide sections (seed, mesh,
+sharding rules, tokenizer, model, pretrained, distributed); `setup_run`
+reads only it. `RunContext` gathers the pieces both trainers need so neither
+duplicates them: the sections, the mesh and sharding rules, the model config,
+the tokenizer, and the raw config, kept only to write the resolved config to
+`workdir/config.json` (and to name what a resume changed, against the
+stored one). The `compile` section is not among them: `rl_post.cli` applies
+it before the entry point runs, so the cache is on before anything compiles.
 """
 
 import dataclasses
 import functools
 import json
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import ml_collections
@@ -23,6 +31,7 @@ from rl_post.errors import ConfigError, MissingInputError
 from rl_post.models import ModelConfig
 from rl_post.models import pretrained
 from rl_post.output_paths import ensure_workdir
+from rl_post.config_sections import from_section
 from rl_post.parallel import distributed
 from rl_post.parallel import mesh as mesh_lib
 from rl_post.parallel import sharding
@@ -142,9 +151,70 @@ def pretrained_path(config: ml_collections.ConfigDict) -> str:
 
 def padded_vocab_size(vocab_size: int, config: ml_collections.ConfigDict) -> int:
   """`vocab_size` rounded up to a multiple of `mesh.tensor` (the vocab axis is split over it)."""
-  tensor = int(config.get("mesh", {}).get("tensor", 1) or 1)
-  multiple = max(tensor, 1)
+  return _padded(vocab_size, config.get("mesh", {}))
+
+
+def _padded(vocab_size: int, mesh) -> int:
+  multiple = max(int(mesh.get("tensor", 1) or 1), 1)
   return -(-vocab_size // multiple) * multiple
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSections:
+  """The run-wide config sections, parsed once at a trainer's entry point
+  (`run_sections`) and read by `setup_run` and the run context.
+
+  Attributes:
+    seed: `seed`, an int in [0, 2**32): JAX keys and numpy generators.
+    mesh: the `mesh` section's axis sizes ({axis: size}).
+    sharding_rules: `sharding_rules` as ((logical axis, mesh axes), ...); the
+      default table when the config has none.
+    tokenizer: the `tokenizer` section's fields (path, system_prompt, ...).
+    model: the `model` section's fields ({} when absent).
+    pretrained_path: `pretrained.path` ("" when none).
+    pretrained_dtype: `pretrained.dtype` (None: the checkpoint's own).
+    distributed: the `distributed` section (`DistributedConfig`).
+  """
+  seed: int
+  mesh: Mapping[str, Any]
+  sharding_rules: tuple
+  tokenizer: Mapping[str, Any]
+  model: Mapping[str, Any]
+  pretrained_path: str
+  pretrained_dtype: str | None
+  distributed: distributed.DistributedConfig
+
+  @property
+  def tokenizer_path(self) -> str:
+    return self.tokenizer.get("path")
+
+
+def _as_dict(section) -> dict:
+  return dict(section.to_dict()) if hasattr(section, "to_dict") else dict(section or {})
+
+
+def run_sections(config: ml_collections.ConfigDict) -> RunSections:
+  """`config`'s run-wide sections, checked and parsed (`RunSections`).
+
+  Raises:
+    ValueError: a missing `seed`, `mesh` or `tokenizer` section, or a bad field
+      of `distributed`; ConfigError: a seed out of range.
+  """
+  for name in ("seed", "mesh", "tokenizer"):
+    if name not in config:
+      raise ValueError(f"config is missing the {name!r} section")
+  check_seed(config)
+  pretrained_section = config.get("pretrained") or {}
+  return RunSections(
+      seed=int(config.seed), mesh=_as_dict(config.mesh),
+      sharding_rules=tuple(tuple(r) for r in config.get("sharding_rules",
+                                                         sharding.DEFAULT_RULES)),
+      tokenizer=_as_dict(config.tokenizer),
+      model=_as_dict(config.model) if "model" in config else {},
+      pretrained_path=pretrained_path(config),
+      pretrained_dtype=pretrained_section.get("dtype") or None,
+      distributed=from_section(distributed.DistributedConfig, config.get("distributed"),
+                               "distributed"))
 
 
 def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> ModelConfig:
@@ -154,14 +224,22 @@ def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> Mode
   the `model` section only overrides the fields it sets (e.g. attention_impl).
   """
   values = dict(config.model.to_dict()) if "model" in config else {}
-  if pretrained_path(config):
-    with errors.reading("pretrained.path", pretrained_path(config)):
-      base = pretrained.read_config(pretrained_path(config),
-                                    dtype=config.pretrained.get("dtype") or None)
+  path = pretrained_path(config)
+  dtype = (config.pretrained.get("dtype") or None) if path else None
+  return _model_config(values, path, dtype, config.get("mesh", {}), tokenizer)
+
+
+def _model_config(values: dict, path: str, dtype, mesh, tokenizer) -> ModelConfig:
+  """The model section's `values` over the pretrained checkpoint's architecture at
+  `path` (when set), with the tokenizer's padded vocabulary when it sets none."""
+  values = dict(values)
+  if path:
+    with errors.reading("pretrained.path", path):
+      base = pretrained.read_config(path, dtype=dtype)
     overrides = {k: v for k, v in values.items() if not (k == "vocab_size" and not v)}
     values = {**base.to_dict(), **overrides}
   if values.get("vocab_size") in (None, 0) and tokenizer is not None:
-    values["vocab_size"] = padded_vocab_size(tokenizer.vocab_size, config)
+    values["vocab_size"] = _padded(tokenizer.vocab_size, mesh)
   try:
     return ModelConfig.from_dict(values)
   except TypeError as e:
@@ -170,7 +248,11 @@ def model_config_from(config: ml_collections.ConfigDict, tokenizer=None) -> Mode
 
 @dataclasses.dataclass
 class RunContext:
+  """A run's context. `config` is the raw config, kept only to write
+  workdir/config.json and compare it with a stored one; every setting is read
+  from `sections` (and the trainer's own parsed sections)."""
   config: ml_collections.ConfigDict
+  sections: RunSections
   workdir: str
   mesh: jax.sharding.Mesh
   rules: Any
@@ -229,18 +311,27 @@ def run_tokenizer(config: ml_collections.ConfigDict, tokenizer=None) -> Tokenize
   Raises:
     MissingInputError: on `tokenizer.path`, when it does not exist.
   """
+  return _tokenizer(config.tokenizer, tokenizer)
+
+
+def _tokenizer(section, tokenizer=None) -> Tokenizer:
+  """`run_tokenizer` for the `tokenizer` section alone."""
+  path = section.get("path")
   if tokenizer is None:
-    if not os.path.exists(config.tokenizer.path):
-      raise MissingInputError("tokenizer.path", config.tokenizer.path,
+    if not os.path.exists(path):
+      raise MissingInputError("tokenizer.path", path,
                               "does not exist; build it with experiments/build_tokenizer.py "
                               "(same --config.tokenizer.path)")
-    with errors.reading("tokenizer.path", config.tokenizer.path):
-      tokenizer = load_tokenizer(config.tokenizer.path)
-  return batching.configure_prompts(tokenizer, config.tokenizer)
+    with errors.reading("tokenizer.path", path):
+      tokenizer = load_tokenizer(path)
+  return batching.configure_prompts(tokenizer, section)
 
 
-def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -> RunContext:
-  """Validates the shared sections; the trainer writes workdir/config.json
+def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None, *,
+              sections: RunSections | None = None) -> RunContext:
+  """Sets up the run from its parsed run-wide `sections` (`run_sections(config)` when
+  None: an entry point that parsed them passes them); `config` itself is only kept
+  for writing. The trainer writes workdir/config.json
   (`RunContext.write_config`) once its state is restored or created, so a run
   that cannot start leaves a previous run's config.json as it was.
 
@@ -253,31 +344,29 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None) -
   """
   if not workdir:
     raise ConfigError("--workdir", workdir, "is required")
-  for name in ("seed", "mesh", "tokenizer"):
-    if name not in config:
-      raise ValueError(f"config is missing the {name!r} section")
-  check_seed(config)
-  distributed.initialize(config.get("distributed"))
+  run = run_sections(config) if sections is None else sections
+  distributed.initialize(run.distributed)
   ensure_workdir(workdir)
   check_run_layout(workdir)
-  rules = tuple(tuple(r) for r in config.get("sharding_rules", sharding.DEFAULT_RULES))
-  mesh = mesh_lib.make_mesh(dict(config.mesh))
+  rules = run.sharding_rules
+  mesh = mesh_lib.make_mesh(dict(run.mesh))
   sharding.validate_rules(rules, mesh.axis_names)
   jax.set_mesh(mesh)  # the run's mesh in context: model activations follow `rules` too
   sharding.set_activation_rules(rules)
-  tokenizer = run_tokenizer(config, tokenizer)
-  model_config = model_config_from(config, tokenizer)
+  tokenizer = _tokenizer(run.tokenizer, tokenizer)
+  model_config = _model_config(run.model, run.pretrained_path, run.pretrained_dtype, run.mesh,
+                               tokenizer)
   if model_config.vocab_size < tokenizer.vocab_size:
     raise ConfigError("model.vocab_size", model_config.vocab_size, f"is smaller than the "
                       f"tokenizer's vocabulary ({tokenizer.vocab_size})")
-  return RunContext(config=config, workdir=workdir, mesh=mesh, rules=rules,
+  return RunContext(config=config, sections=run, workdir=workdir, mesh=mesh, rules=rules,
                     tokenizer=tokenizer, model_config=model_config,
-                    root_key=jax.random.key(int(config.seed)))
+                    root_key=jax.random.key(run.seed))
 
 
 def pretrained_params(ctx: RunContext):
-  """Params of `config.pretrained.path` placed on the run's mesh, or None."""
-  path = pretrained_path(ctx.config)
+  """Params of `pretrained.path` placed on the run's mesh, or None."""
+  path = ctx.sections.pretrained_path
   if not path:
     return None
   with errors.reading("pretrained.path", path):

@@ -48,7 +48,7 @@ def test_the_loss_mask_covers_exactly_the_assistant_turns(sandbox, config_module
   c = config_module.get_config("")
   c.cold_start.tasks_per_level = 1  # one level-1 task of each domain
   section, cold = sft_episodes.sections(c)
-  tok = run_tokenizer(c, trainer_rounds.tokenizer_for(c))
+  tok = run_tokenizer(c, trainer_rounds.tokenizer_for(section))
   tasks = sft_episodes.draw_tasks(section, cold, 0)
   assert sorted(t.domain for t in tasks) == ["data_questions", "fs_chores", "repo_repair"]
   render = sft_episodes.renderer(section, tok)
@@ -97,7 +97,7 @@ def test_unsolved_episodes_and_ones_that_do_not_fit_are_dropped_and_counted(sand
   assert all(r["turns"] == 2 and r["messages"][-1]["role"] == "assistant" for r in records)
   # the budgets: a solved episode that RL could not hold is dropped, with its reason
   section, cold = sft_episodes.sections(c)
-  tok = run_tokenizer(c, trainer_rounds.tokenizer_for(c))
+  tok = run_tokenizer(c, trainer_rounds.tokenizer_for(section))
   encoders = trainer_rounds.encoders(section, tok)
   messages = [(m["role"], m["content"]) for m in records[0]["messages"]]
   reason = lambda s, k: sft_episodes.drop_reason(messages, s, k, tok, encoders)
@@ -143,7 +143,7 @@ def test_tiny_cold_start_end_to_end(tmp_path):
   c = grpo_episodes_sft.get_config("tiny")
   c.sft.dataset = out
   section = trainer_rounds.load(c.episodes)
-  tok = run_tokenizer(c, trainer_rounds.tokenizer_for(c))
+  tok = run_tokenizer(c, trainer_rounds.tokenizer_for(section))
   render = sft_episodes.renderer(section, tok)
   sft = sft_trainer.SFTConfig(**c.sft.to_dict())
   # the batch holds the rendered episodes, packed or not, with their masks

@@ -71,7 +71,7 @@ def test_config_lines_run_model_episodes_with_the_outside_tool_and_domain(sandbo
   c = _config()
   c.episodes.update(call_vocab_copies=16, max_turns=4)  # most turns end in a call
   section = trainer_rounds.load(c.episodes)
-  tokenizer = trainer_rounds.tokenizer_for(c)
+  tokenizer = trainer_rounds.tokenizer_for(section)
   count_call = protocol.format_call("count", {"word": "error", "path": "log.txt"})
   assert count_call in tokenizer.calls  # the random model can call the new tool
   rounds = trainer_rounds.EpisodeRounds(section, seed=0, tokenizer=tokenizer,

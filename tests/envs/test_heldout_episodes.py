@@ -143,7 +143,7 @@ def _tiny_export(config, path):
   from rl_post.training import state as state_lib
   from rl_post.training.optimizer import OptimizerConfig, make_optimizer
   from rl_post.training.run import model_config_from
-  tokenizer = trainer_rounds.tokenizer_for(config)
+  tokenizer = trainer_rounds.tokenizer_for(trainer_rounds.load(config.episodes))
   model_config = model_config_from(config, tokenizer)
   optimizer = make_optimizer(from_section(OptimizerConfig, config.optimizer, "optimizer"))
   state = state_lib.create_train_state(model_config, optimizer,

@@ -210,7 +210,9 @@ def test_smollm2_episodes_config_renders_tool_turns_through_the_chat_template():
     assert section.tokenizer == "" and section.chat_template == "on"
     assert section.turn_tokens <= rl.max_new_tokens and c.pretrained.path.endswith(".gguf")
   tok = load_tokenizer(c.tokenizer.path)
-  rounds = trainer_rounds.from_config(c, rl, tok, SamplingConfig(max_new_tokens=192))
+  rounds = trainer_rounds.rounds_for(section, tasks_heldout_size=c.tasks.heldout_size,
+                                     seed=c.seed, rl=rl, tokenizer=tok,
+                                     sampling=SamplingConfig(max_new_tokens=192))
   encode_prompt = rounds.encoders["encode_prompt"]
   encode_observation = rounds.encoders["encode_observation"]
   task = DOMAINS["data_questions"].generate(np.random.default_rng(0), 1)

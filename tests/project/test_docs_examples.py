@@ -178,7 +178,8 @@ def test_tool_and_env_domain_config_lines_train(outside, tmp_path):
   # the call_vocab tokenizer gives the new tool's example call a token of its own
   from rl_post.envs.tools import make_tool
   example = make_tool("my_project.count_tool:CountLines").examples[0]
-  assert protocol.format_call("count", example) in trainer_rounds.tokenizer_for(c).calls
+  tokenizer = trainer_rounds.tokenizer_for(trainer_rounds.load(c.episodes))
+  assert protocol.format_call("count", example) in tokenizer.calls
   trainer.train(c, str(tmp_path))
   rows = _finite_rows(tmp_path, 1)
   assert "pass_rate/word_hunt" in rows[0], rows[0].keys()

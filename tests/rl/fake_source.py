@@ -25,9 +25,10 @@ class FixedTasksSource(RolloutSource):
   """B fixed tasks x G completions per round, verified in-process."""
 
   def __init__(self, components, config):
+    del config  # the library's sections come parsed in `components`
     self.c = components
-    self.domain = registry.make_domain(config.tasks.domains[0])
-    rng = np.random.default_rng(int(config.seed))
+    self.domain = registry.make_domain(components.tasks.domains[0])
+    rng = np.random.default_rng(components.run.seed)
     self.tasks = [self.domain.generate(rng, 1) for _ in range(components.rl.batch_size)]
 
   def start(self):
@@ -59,6 +60,28 @@ class FixedTasksSource(RolloutSource):
 
   def close(self):
     EVENTS.append(("close",))
+
+
+class CountingSource(FixedTasksSource):
+  """FixedTasksSource with state of its own: the steps it has observed, saved with
+  every checkpoint (`state_dict`) and restored on resume (`load_state_dict`). Counted
+  in `observe`, never in `launch`: a checkpoint can be written after the next step's
+  rounds were launched."""
+
+  def __init__(self, components, config):
+    super().__init__(components, config)
+    self.steps = 0
+
+  def observe(self, scored):
+    self.steps += 1
+    return {**super().observe(scored), "counting/steps": float(self.steps)}
+
+  def state_dict(self):
+    return {"steps": self.steps}
+
+  def load_state_dict(self, state):
+    EVENTS.append(("load_state_dict", dict(state)))
+    self.steps = int(state.get("steps", 0))
 
 
 class NotASource:
