@@ -12,9 +12,9 @@ run context, the pretrained load, the state's creation, the reference copy,
 each rollout, the update's compile and the update. At each boundary it reads
 /proc/self/status (VmRSS now, and the largest VmRSS a sampling thread saw
 since the previous boundary), the bytes of `jax.live_arrays()` and glibc's
-heap (`mallinfo2`: bytes in use, and free bytes the heap keeps). RSS above the live arrays and the heap's
-in-use bytes is free heap kept, or the runtime's own memory (compiled code,
-the compiler). Prints the table and, with --out, writes it as JSON.
+heap (`mallinfo2`: bytes in use, and free bytes the heap keeps). RSS above
+the live arrays and the heap's in-use bytes is free heap kept, or the
+runtime's own memory (libraries, compiled code, the compiler). Prints the table and, with --out, writes it as JSON.
 """
 
 import ctypes
