@@ -1,7 +1,8 @@
 """Processes seen from /proc, for tests that check nothing is left running."""
 
-import os
 import time
+
+from rl_post.rewards import worker_process
 
 
 def alive(pid: int) -> bool:
@@ -14,20 +15,8 @@ def alive(pid: int) -> bool:
 
 
 def descendants(pids) -> set[int]:
-  """Every process below any of `pids` in the process tree."""
-  parent = {}
-  for entry in os.listdir("/proc"):
-    if entry.isdigit():
-      try:
-        with open(f"/proc/{entry}/stat") as f:
-          parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-      except (FileNotFoundError, ProcessLookupError):
-        pass
-  found, frontier = set(), set(pids)
-  while frontier:
-    frontier = {p for p, pp in parent.items() if pp in frontier} - found
-    found |= frontier
-  return found
+  """Every process below any of `pids` in the process tree (the library's /proc reader)."""
+  return {d for pid in pids for d in worker_process.descendants(pid)}
 
 
 def wait_gone(pids, timeout_s: float = 20.0) -> list[int]:
