@@ -22,7 +22,7 @@ def _check(path: str):
 
 @functools.lru_cache(maxsize=2)
 def _reader(path: str):
-  # parsing a GGUF vocabulary takes seconds; read_config then load share one
+  # parsing a GGUF vocabulary takes seconds; read_config then load share one (load drops it)
   return gguf.open_reader(path)
 
 
@@ -37,5 +37,8 @@ def read_config(path: str, *, dtype: str | None = None) -> ModelConfig:
 def load(path: str, *, mesh=None, rules=None, dtype: str | None = None):
   """(ModelConfig, params) from a .gguf file or a HF checkpoint directory."""
   if _check(path) == "gguf":
-    return gguf.load(_reader(path), mesh=mesh, rules=rules, dtype=dtype or "float32")
+    try:
+      return gguf.load(_reader(path), mesh=mesh, rules=rules, dtype=dtype or "float32")
+    finally:  # the reader maps the whole file: kept, its pages would stay resident
+      _reader.cache_clear()
   return hf.load(path, mesh=mesh, rules=rules, dtype=dtype)

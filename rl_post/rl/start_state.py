@@ -67,7 +67,7 @@ def fresh_state(c: RLComponents):
   ctx, rl = c.ctx, c.rl
   state = state_lib.create_train_state(ctx.model_config, c.optimizer, ctx.mesh, ctx.rules,
                                        ctx.key("init"), params=initial_params(ctx, rl),
-                                       lora=rl.lora)
+                                       lora=rl.lora, donate=True)  # loaded here: held once
   if c.critic_optimizer is None:
     return state
   return critic_lib.attach_critic(state, rl.algo.critic, ctx.model_config, c.critic_optimizer,

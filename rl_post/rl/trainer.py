@@ -17,6 +17,10 @@ wait counts in `time/train_s` and `time/step_s` (not in the next step's
 Programs built (traced and compiled) are counted and timed apart
 (`time/compile_s`, `compile/programs`, `time/<phase>_compile_s`), and
 `throughput/rollout_tokens_per_s` leaves the rollout's compile time out.
+The process's RSS and its peak so far are read after the setup and after
+each rollout and update (`host/<phase>_rss_gib`, `host/<phase>_peak_rss_gib`;
+rl_post/metrics/host_rss.py): the phase whose reading first shows the run's
+peak is where it was reached.
 Checkpoints hold the TrainState, the iteration count, the mixture's
 curriculum state and the rollout source's own state (rl/start_state.py); task
 batches and sampling keys are functions of (seed, iteration, round) and that
@@ -37,6 +41,7 @@ from absl import logging
 
 from rl_post.checkpoint.manager import CheckpointManager
 from rl_post.data import tokenizer_fingerprint
+from rl_post.metrics import host_rss
 from rl_post.metrics import progress as progress_lib
 from rl_post.metrics.compiles import CompileClock
 from rl_post.metrics.timing import StepTimer
@@ -200,6 +205,7 @@ def _dispatch(run: Run, loop: LoopState, picked, scored, filter_metrics,
     batch = trim_batch(batch, used_width(rl, host.prompt_lens_B, host.mask_BxT))
   prefix_len = shared_prefix_len(rl, batch["tokens"])
   step_fn = c.step_fn_for(prefix_len)
+  rollout_rss = host_rss.metrics("rollout_")  # before the update: the rollout's own peak
   with timer("train"):
     device = []
     minibatches = _minibatches(batch, rl, jax.random.fold_in(c.ctx.key("shuffle"), it))
@@ -212,6 +218,9 @@ def _dispatch(run: Run, loop: LoopState, picked, scored, filter_metrics,
     if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
       jax.block_until_ready(device)
   metrics = _rollout_metrics(tasks_N, rewards, host, rl)
+  metrics.update(rollout_rss)
+  if not rl.metrics_one_step_late:
+    metrics.update(host_rss.metrics("update_"))
   if picked.get("trainer_logp") is not None:  # the sampler/trainer log-prob gap
     metrics.update(off_policy.gap_metrics(picked["trainer_logp"], host.logp_BxT,
                                           host.loss_mask_BxT, tis_cap=rl.tis_cap,
@@ -237,6 +246,7 @@ def _await_update(step: Step):
   jax.block_until_ready(step.device)  # outputs of the update's program(s)
   step.end = time.perf_counter()
   step.host["time/train_s"] = step.host.get("time/train_s", 0.0) + (step.end - wait_start)
+  step.host.update(host_rss.metrics("update_"))
 
 
 def _roll_back(run: Run, loop: LoopState, done: int) -> Outcome:
@@ -324,7 +334,7 @@ def _setup_metrics(c: RLComponents, compile_clock, setup_start: float) -> dict:
   """Start-up time and programs built, reported with the first step."""
   setup_programs, setup_compile_s = compile_clock.take()
   setup = {"time/setup_s": time.perf_counter() - setup_start,
-           "time/setup_compile_s": setup_compile_s}
+           "time/setup_compile_s": setup_compile_s, **host_rss.metrics("setup_")}
   logging.info("rl setup (model, state, reward pool) took %.1fs, %d programs built in %.1fs",
                setup["time/setup_s"], setup_programs, setup_compile_s)
   shapes = c.source.shapes

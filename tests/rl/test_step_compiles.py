@@ -2,10 +2,12 @@
 and its timers account for the step: the update's device time is the update's, not the
 next rollout's, and compile time is reported apart (issue 41)."""
 
+import os
+
 import jax
 import numpy as np
 
-from rl_post.metrics import compiles
+from rl_post.metrics import compiles, host_rss
 from rl_post.metrics.timing import StepTimer
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
@@ -54,6 +56,15 @@ def test_steps_after_the_first_build_no_program(tokenizer_path, tmp_path):
   assert all(m["time/compile_s"] == 0 for m in rows[1:])
   # the setup is reported once, on the first step
   assert "time/setup_s" in rows[0] and not any("time/setup_s" in m for m in rows[1:])
+  if not os.path.exists(host_rss.STATUS):  # Linux only
+    return
+  # host memory after the setup (once) and after each step's rollout and update
+  assert "host/setup_peak_rss_gib" in rows[0]
+  assert not any("host/setup_peak_rss_gib" in m for m in rows[1:])
+  peaks = [(m["host/rollout_peak_rss_gib"], m["host/update_peak_rss_gib"]) for m in rows]
+  assert rows[0]["host/setup_peak_rss_gib"] <= peaks[0][0]
+  flat = [p for pair in peaks for p in pair]
+  assert all(0 < a <= b for a, b in zip(flat, flat[1:]))  # the peak so far only grows
   for m in rows:
     # the phases lie inside the step (the update's wait included in time/train_s)
     phases = m["time/rollout_s"] + m["time/reward_s"] + m["time/train_s"]
