@@ -16,13 +16,14 @@ import numpy as np
 
 from child_process import xla_flags
 from host_faults import free_port, kill_one_host_after
+from run_metrics import MEASURED
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TOL = 1e-5
 STEPS = 4
 # differ between runs by nature (wall time) or by design (the resumed run counts its restart)
-VOLATILE = ("time/", "perf/", "throughput/", "progress/", "faults/", "compile/")
+VOLATILE = MEASURED + ("faults/",)
 
 
 def _train(workdir, tok, processes, port=0, process_id=0):

@@ -21,10 +21,11 @@ from rl_post.checkpoint import CheckpointManager
 from rl_post.checkpoint import integrity
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
+from run_metrics import MEASURED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NUM_STEPS = 6
-VOLATILE = ("faults/", "guard/", "time/", "throughput/", "compile/")  # differ by design
+VOLATILE = MEASURED + ("faults/", "guard/")  # differ by design
 
 _CONFIG_FILE = '''
 from configs import grpo_arithmetic

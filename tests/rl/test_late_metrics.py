@@ -6,8 +6,9 @@ import numpy as np
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import single_turn_source, trainer
 from tiny_grpo import tiny_digit_config
+from run_metrics import MEASURED
 
-VOLATILE = ("time/", "throughput/", "perf/", "progress/", "compile/")
+VOLATILE = MEASURED
 
 
 def _config(tokenizer_path, late: bool):

@@ -15,8 +15,9 @@ from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, prefix
                                    rollout_batch, shared_prefix_len)
 from rl_post.training.state import TrainState
 from tiny_grpo import tiny_digit_config
+from run_metrics import MEASURED
 
-VOLATILE = ("time/", "throughput/", "perf/", "progress/", "compile/")
+VOLATILE = MEASURED
 P, G, L, S = 3, 4, 16, 7  # prompts, group, shared prompt, response budget
 
 

@@ -8,8 +8,9 @@ from rl_post.rl import config as rl_config
 from rl_post.rl import trainer
 from rl_post.rl.train_step import trim_batch, used_width
 from tiny_grpo import tiny_digit_config
+from run_metrics import MEASURED
 
-VOLATILE = ("time/", "throughput/", "perf/", "progress/", "compile/")
+VOLATILE = MEASURED
 
 
 def _mask(width, *spans):

@@ -19,6 +19,7 @@ from child_process import xla_flags
 from experiments.demo import seed_runs, seeds
 from rl_post.errors import ConfigError
 from rl_post.metrics.writers import read_metrics
+from run_metrics import MEASURED
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -131,7 +132,7 @@ def test_jobs_must_be_positive(tmp_path):
     seed_runs.run(None, str(tmp_path), [0], jobs=0)
 
 
-_TIMING_PREFIXES = ("time/", "throughput/", "progress/")
+_TIMING_PREFIXES = MEASURED
 
 
 def _training_numbers(run_dir):
