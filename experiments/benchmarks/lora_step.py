@@ -4,10 +4,12 @@ the update's seconds, both measured in the same run, on the same cores.
   PYTHONPATH=. python experiments/benchmarks/lora_step.py            # rank 16, all projections
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --rank=8 --targets=q_proj,v_proj
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --settings=full,lora_int8,lora_nf4
+  PYTHONPATH=. python experiments/benchmarks/lora_step.py --grad_accum=4   # the recipe's micro-batches
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --smoke --out=/tmp/l.json
 
 Each setting runs `experiments/train_rl.py --config=configs/smollm2_135m_grpo.py`
-(8 prompts x 8, `--new_tokens` new tokens, the update in one batch) for
+(8 prompts x 8, `--new_tokens` new tokens, the update in `--grad_accum`
+micro-batches: one by default, four in the recipe) for
 `--steps` steps in a child process, without held-out evaluation and without a
 compilation cache, as `smollm2_step.py` does: peak RSS from the kernel
 (`os.wait4`), per-step times from the run's metrics.jsonl. "full" trains every
@@ -52,27 +54,32 @@ def lora_flags(setting: str, rank: int, alpha: float, targets: tuple[str, ...],
 
 
 def run_setting(name: str, flags: list[str], new_tokens: int, steps: int, smoke: bool,
-                workdir: str) -> dict:
+                workdir: str, grad_accum: int = 1) -> dict:
   """One child training run (smollm2_step's runner with the setting's flags)."""
   extra = [] if smoke else [f"--config.rl.max_new_tokens={new_tokens}",
-                            "--config.rl.grad_accum=1"]
+                            f"--config.rl.grad_accum={grad_accum}"]
   result = smollm2_step.run_child(extra + flags, steps, smoke, workdir)
-  return dict(result, name=name, flags=flags, new_tokens=new_tokens)
+  return dict(result, name=name, flags=flags, new_tokens=new_tokens, grad_accum=grad_accum)
+
+
+def later_mean(setting: dict, key: str) -> float:
+  """Mean of `key` over the steps after the first (which compiles)."""
+  later = setting["steps"][1:]
+  return sum(r[key] for r in later) / len(later) if later else float("nan")
 
 
 def table(settings: list[dict]) -> str:
   lines = [f"{'setting':>9} {'peak RSS GiB':>12} {'update s (later)':>16} "
            f"{'step s (later)':>14} {'first step s':>12}"]
   for s in settings:
-    later = s["steps"][1:]
-    mean = lambda k: sum(r[k] for r in later) / len(later) if later else float("nan")
-    lines.append(f"{s['name']:>9} {s['peak_rss_gib']:>12.2f} {mean('update_s'):>16.2f} "
-                 f"{mean('step_s'):>14.2f} {s['steps'][0]['step_s']:>12.1f}")
+    lines.append(f"{s['name']:>9} {s['peak_rss_gib']:>12.2f} {later_mean(s, 'update_s'):>16.2f} "
+                 f"{later_mean(s, 'step_s'):>14.2f} {s['steps'][0]['step_s']:>12.1f}")
   full = next((s for s in settings if s["name"] == "full"), None)
   for s in settings:
     if full and s is not full:
       lines.append(f"{s['name']} / full: peak RSS "
-                   f"{s['peak_rss_gib'] / full['peak_rss_gib']:.2f}x")
+                   f"{s['peak_rss_gib'] / full['peak_rss_gib']:.2f}x, update "
+                   f"{later_mean(s, 'update_s') / later_mean(full, 'update_s'):.2f}x")
   return "\n".join(lines)
 
 
@@ -88,6 +95,8 @@ def main(argv=None):
   parser.add_argument("--settings", default=",".join(SETTINGS),
                       help=f"comma-separated settings, from {SETTINGS}")
   parser.add_argument("--steps", type=int, default=3, help="RL steps per setting (>= 2)")
+  parser.add_argument("--grad_accum", type=int, default=1,
+                      help="rl.grad_accum: micro-batches of the update (divides 64 rows)")
   parser.add_argument("--smoke", action="store_true", help="the config's tiny variant, 2 steps")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "results", "lora_step.json"))
@@ -97,6 +106,8 @@ def main(argv=None):
     parser.error(f"--rank must be >= 1, got {args.rank}")
   if not targets or set(targets) - set(TARGETS):
     parser.error(f"--targets must name some of {TARGETS}, got {args.targets!r}")
+  if args.grad_accum < 1 or 64 % args.grad_accum:
+    parser.error(f"--grad_accum must divide the 64 rows of a step, got {args.grad_accum}")
   if args.steps < 2:
     parser.error("--steps must be >= 2 (the first step against later ones)")
   names = tuple(s for s in args.settings.split(",") if s)
@@ -108,10 +119,12 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as workdir:
       settings.append(run_setting(name, lora_flags(name, args.rank, args.alpha, targets,
                                                    args.block_size),
-                                  args.new_tokens, steps, args.smoke, workdir))
+                                  args.new_tokens, steps, args.smoke, workdir,
+                                  args.grad_accum))
   cpu = host_cpu.describe()
   result = dict(config=smollm2_step.CONFIG + (":tiny" if args.smoke else ""), smoke=args.smoke,
                 rank=args.rank, alpha=args.alpha, targets=targets, block_size=args.block_size,
+                grad_accum=args.grad_accum,
                 cpu=cpu, settings=settings)
   return child_runs.write_result(args.out, result, table(settings))
 

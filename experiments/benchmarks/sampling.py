@@ -3,6 +3,7 @@ r"""Rollout throughput: the rollout engine vs main's static sampler and HF gener
   PYTHONPATH=. python experiments/benchmarks/sampling.py            # a, b, d
   PYTHONPATH=. python experiments/benchmarks/sampling.py --workloads a,b,c,d
   PYTHONPATH=. python experiments/benchmarks/sampling.py --smoke --out /tmp/s.json
+  PYTHONPATH=. python experiments/benchmarks/sampling.py --workloads c --precisions bfloat16,int8
 
 Everything runs in one process pinned to one CPU core (XLA and PyTorch
 single-threaded), on the same architecture and random weights: the
@@ -31,6 +32,10 @@ PyTorch: "matmuls only, torch (floor)"): the same number of decode
 steps doing nothing but the model's matmuls (decode_matmuls_fn), a floor
 under any f32 decoder on this core; the JSON's `floors` says whether 3x HF
 lies above it.
+With --precisions, workloads a-c also time the engine on the low-precision
+rollout copies the trainer hands the sampler (`rl.rollout_precision`,
+rl_post/sampling/low_precision.py: "rl_post engine (bfloat16)", ...), made
+from the same f32 params; HF stays in f32 (the JSON's `precision_vs_hf`).
 Writes a table and experiments/benchmarks/results/sampling.json.
 """
 
@@ -52,8 +57,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from experiments.benchmarks import sampling_legacy  # noqa: E402
 
 from rl_post import models  # noqa: E402
+from rl_post.metrics import host_cpu  # noqa: E402
 from rl_post.models import hf as hf_lib  # noqa: E402
-from rl_post.sampling import controls, engine  # noqa: E402
+from rl_post.sampling import controls, engine, low_precision  # noqa: E402
 from rl_post.sampling.continuous import generate_continuous  # noqa: E402
 from rl_post.sampling.sampler import SamplingConfig, generate, row_seeds  # noqa: E402
 
@@ -210,7 +216,7 @@ def torch_decode_matmuls_fn(config, rows, steps):
   return run
 
 
-def run_static(name, w, config, params, repeats, peak, with_hf):
+def run_static(name, w, config, params, repeats, peak, with_hf, precisions=()):
   n, p, r = w["prompts"] * w["group"], w["prompt"], w["response"]
   prompts = jnp.asarray(np.repeat(np.random.default_rng(0).integers(
       1, config.vocab_size, (w["prompts"], p)), w["group"], axis=0), jnp.int32)
@@ -224,6 +230,15 @@ def run_static(name, w, config, params, repeats, peak, with_hf):
       config=sampling_legacy.SamplingConfig(max_new_tokens=r), eos_id=-1, pad_id=0).tokens_BxT
   systems = [(dict(workload=name, system="rl_post engine"), ours),
              (dict(workload=name, system="rl_post main (static)"), legacy)]
+  for precision in precisions:  # the sampler on the trainer's low-precision copy
+    copy = jax.block_until_ready(jax.jit(low_precision.policy_copy, static_argnums=1)(
+        params, precision))
+    copy_config = low_precision.sampler_config(config, precision)
+    systems.append((dict(workload=name, system=f"rl_post engine ({precision})"),
+                    lambda i, copy=copy, copy_config=copy_config: generate(
+                        copy, prompts, lens, jax.random.key(i), model_config=copy_config,
+                        config=sampling, eos_id=None, pad_id=0,
+                        group_size=w["group"]).tokens_BxT))
   if with_hf:
     import torch  # noqa: PLC0415
     model = hf_model(config, params)
@@ -343,6 +358,8 @@ def main():
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--core", type=int, default=None, help="CPU to pin to (default: last)")
   parser.add_argument("--no_hf", action="store_true")
+  parser.add_argument("--precisions", default="",
+                      help="low-precision rollout copies to time too, e.g. bfloat16,int8")
   parser.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "results", "sampling.json"))
@@ -350,6 +367,10 @@ def main():
   unknown = sorted(set(args.workloads.split(",")) - set(WORK))
   if unknown:
     parser.error(f"--workloads: unknown {unknown}; known: {sorted(WORK)}")
+  precisions = tuple(p for p in args.precisions.split(",") if p)
+  if set(precisions) - (set(low_precision.PRECISIONS) - {"float32"}):
+    parser.error(f"--precisions: each one of bfloat16, int8 (the engine row is float32), "
+                 f"got {args.precisions!r}")
   core = max(os.sched_getaffinity(0)) if args.core is None else args.core
   os.sched_setaffinity(0, {core})
   arch = {"s": SMOKE_ARCH, **ARCH}
@@ -363,7 +384,8 @@ def main():
     if "requests" in w:
       rows += run_continuous(name, w, config, params, args.repeats)
     else:
-      rows += run_static(name, w, config, params, args.repeats, peak, not args.no_hf)
+      rows += run_static(name, w, config, params, args.repeats, peak, not args.no_hf,
+                         precisions)
     for row in rows:
       if row["workload"] == name:
         print(json.dumps(row), flush=True)
@@ -383,6 +405,13 @@ def main():
                           three_x_hf_reachable=fastest > 3 * by["HF generate (torch)"],
                           engine_frac_of_matmuls_only=by["rl_post engine"]
                           / by["matmuls only (floor)"])
+  precision_vs_hf = {}  # each rollout precision's tokens/s over HF generate's (f32)
+  for name in work:
+    by = {r["system"]: r["tokens_per_s"] for r in rows if r["workload"] == name}
+    if "HF generate (torch)" in by:
+      precision_vs_hf[name] = {p: by[f"rl_post engine ({p})"] / by["HF generate (torch)"]
+                               for p in precisions}
+      precision_vs_hf[name]["float32"] = by["rl_post engine"] / by["HF generate (torch)"]
   print(f"\nf32 matmul peak (1 core): {peak / 1e9:.1f} GFLOP/s; load avg before "
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (shared machine)")
   print(f"{'wl':<3}{'system':<24}{'tokens':>8}{'cpu s/batch':>12}{'wall s':>8}{'tok/s':>9}"
@@ -396,7 +425,8 @@ def main():
   with open(args.out, "w") as f:
     json.dump(dict(core=core, matmul_peak_gflops=peak / 1e9, load_avg_before=load_before,
                    load_avg_after=os.getloadavg(), smoke=args.smoke, rows=rows,
-                   speedups=speedups, floors=floors), f, indent=1)
+                   speedups=speedups, floors=floors, precision_vs_hf=precision_vs_hf,
+                   cpu=host_cpu.describe()), f, indent=1)
   for name, fl in floors.items():
     torch_rate = fl["torch_matmuls_only_tokens_per_s"]
     print(f"{name}: matmuls alone allow {fl['matmuls_only_tokens_per_s']:.0f} tok/s (XLA)"
@@ -405,6 +435,9 @@ def main():
           + ("" if fl["three_x_hf_reachable"] else " (above both floors: out of reach)")
           + f"; the engine runs at {100 * fl['engine_frac_of_matmuls_only']:.0f}% of the XLA "
           "matmuls-only rate")
+  for name, ratios in precision_vs_hf.items():
+    print(f"{name}: engine tokens/s over HF generate (f32) by rollout precision: "
+          + ", ".join(f"{p} {x:.2f}x" for p, x in ratios.items()))
   for r in rows:
     if "step_bound" in r:
       b = r["step_bound"]

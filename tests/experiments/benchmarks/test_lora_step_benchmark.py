@@ -27,16 +27,17 @@ def test_smoke_run_measures_lora_int8(tmp_path, capsys):
 def test_table_compares_each_setting_with_full():
   steps = [dict(step=1, step_s=9.0, update_s=3.0), dict(step=2, step_s=2.0, update_s=1.0)]
   full = dict(name="full", peak_rss_gib=2.0, steps=steps)
-  int8 = dict(name="lora_int8", peak_rss_gib=1.0, steps=steps)
+  int8 = dict(name="lora_int8", peak_rss_gib=1.0, steps=[*steps[:1], dict(steps[1], update_s=0.5)])
   assert lora_step.lora_flags("full", 4, 8.0, lora_step.TARGETS) == []
   lines = lora_step.table([full, int8]).splitlines()
   assert lines[1].split() == ["full", "2.00", "1.00", "2.00", "9.0"]
-  assert lines[-1] == "lora_int8 / full: peak RSS 0.50x"
+  assert lines[-1] == "lora_int8 / full: peak RSS 0.50x, update 0.50x"
   assert "/ full" not in lora_step.table([int8])
 
 
 def test_bad_arguments_are_usage_errors(tmp_path):
-  for bad in (["--rank=0"], ["--targets=q_proj,attn"], ["--steps=1"], ["--settings=full,x"]):
+  for bad in (["--rank=0"], ["--targets=q_proj,attn"], ["--steps=1"], ["--settings=full,x"],
+              ["--grad_accum=0"], ["--grad_accum=3"]):
     with pytest.raises(SystemExit) as exit_info:
       lora_step.main(bad + [f"--out={tmp_path / 'l.json'}"])
     assert exit_info.value.code == 2

@@ -20,9 +20,11 @@ def run_benchmark(script, out, *flags):
 
 
 def test_sampling_benchmark_smoke(tmp_path):
-  proc, result = run_benchmark("sampling.py", tmp_path / "sampling.json", "--repeats=1")
+  proc, result = run_benchmark("sampling.py", tmp_path / "sampling.json", "--repeats=1",
+                               "--precisions=bfloat16,int8")
   systems = {(r["workload"], r["system"]) for r in result["rows"]}
   assert systems == {("a", "rl_post engine"), ("a", "rl_post main (static)"),
+                     ("a", "rl_post engine (bfloat16)"), ("a", "rl_post engine (int8)"),
                      ("a", "HF generate (torch)"), ("a", "matmuls only (floor)"),
                      ("a", "matmuls only, torch (floor)"),
                      ("d", "rl_post continuous"),
@@ -46,6 +48,12 @@ def test_sampling_benchmark_smoke(tmp_path):
   bound = by["d", "rl_post continuous"]["step_bound"]
   assert bound["static_steps"] >= bound["continuous_steps"] >= bound["full_width_steps"]
   assert "decode steps static" in proc.stdout
+  hf = by["a", "HF generate (torch)"]["tokens_per_s"]
+  for precision in ("bfloat16", "int8"):  # the same tokens' worth, against HF in f32
+    assert by["a", f"rl_post engine ({precision})"]["tokens"] == by["a", "rl_post engine"]["tokens"]
+    assert result["precision_vs_hf"]["a"][precision] == (
+        by["a", f"rl_post engine ({precision})"]["tokens_per_s"] / hf)
+  assert "by rollout precision" in proc.stdout and result["cpu"]
   assert all(len(r["cpu_seconds_all"]) == 1 for r in result["rows"])  # timed in turns
 
 
@@ -78,4 +86,15 @@ def test_an_unknown_workload_is_a_usage_error_naming_the_known_ones(tmp_path):
       env=dict(os.environ, PYTHONPATH=ROOT))
   assert proc.returncode == 2, proc.stderr[-2000:]
   assert "--workloads: unknown ['zz']; known: ['a', 'b', 'c', 'd']" in proc.stderr
+  assert not (tmp_path / "s.json").exists()
+
+
+def test_an_unknown_rollout_precision_is_a_usage_error(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", "sampling.py"),
+       "--precisions=bfloat16,float16", f"--out={tmp_path / 's.json'}"],
+      capture_output=True, text=True, check=False, timeout=300,
+      env=dict(os.environ, PYTHONPATH=ROOT))
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "--precisions: each one of bfloat16, int8" in proc.stderr
   assert not (tmp_path / "s.json").exists()
