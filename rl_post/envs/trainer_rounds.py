@@ -82,6 +82,10 @@ def rounds_for(section: Optional[EpisodesConfig], *, tasks_heldout_size: int, se
   if rl.async_rewards:
     raise ValueError("episodes.enabled needs rl.async_rewards=False: an episode round scores "
                      "its episodes itself (the verifier runs at each episode's end)")
+  if rl.overlap_update:
+    raise ValueError("episodes.enabled needs rl.overlap_update=False: overlapped rollouts run "
+                     "single-turn rounds (an episode round drives its tool sandbox and "
+                     "verifier inside the launch)")
   if section.turn_tokens > rl.max_new_tokens:
     raise ConfigError("episodes.turn_tokens", section.turn_tokens, f"must be <= "
                       f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")

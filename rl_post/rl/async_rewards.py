@@ -12,6 +12,9 @@ so the rewards of batch t are computed while batch t+1 is generated, and a
 batch is trained on at most `staleness` updates after the policy that
 sampled it. The update's importance ratio uses the behaviour log-probs the
 sampler recorded, so a stale batch is corrected like any off-policy one.
+With `rl.overlap_update` the launches of an iteration may run while the
+previous update does, with the params from before it (an older `version`;
+rl/overlap_update.py), so the lag is at most `staleness + 1`.
 `staleness = 0` launches and pops the same iteration in one step: the
 order, keys and numbers of the synchronous loop. A reward batch deadline
 (`rewards.batch_timeout_s`, rewards/pool.py) runs from `pool.submit`, so
@@ -29,7 +32,7 @@ most `staleness` batches from the saved policy.)
 
 import collections
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 @dataclasses.dataclass
@@ -71,15 +74,20 @@ class RolloutPipeline:
   def __len__(self) -> int:
     return len(self._queue)
 
-  def fill(self, it: int, launch: Callable[[int], Any]):
-    """Launches (with the current policy, version `it`) every iteration up to the horizon."""
+  def fill(self, it: int, launch: Callable[[int], Any], version: Optional[int] = None):
+    """Launches every iteration up to the horizon with the policy `launch` samples
+    from: version `it` (the current one), or an older `version` (`rl.overlap_update`:
+    the params from before the update still running, rl/overlap_update.py)."""
+    version = it if version is None else version
+    if not 0 <= version <= it:
+      raise ValueError(f"policy version {version} at iteration {it}: must be in [0, {it}]")
     nxt = self._queue[-1].iteration + 1 if self._queue else it
     if self._queue and self._queue[0].iteration != it:
       raise RuntimeError(f"pipeline holds iteration {self._queue[0].iteration} at iteration {it}"
                          "; drain() after a rollback")
     for j in range(nxt, launch_horizon(it, self.staleness, self.num_steps,
                                        self.checkpoint_every) + 1):
-      self._queue.append(InFlight(j, it, launch(j)))
+      self._queue.append(InFlight(j, version, launch(j)))
 
   def pop(self, it: int) -> InFlight:
     """The rollout iteration `it` trains on (call `fill(it, ...)` first)."""
@@ -93,10 +101,11 @@ class RolloutPipeline:
     self._queue.clear()
     return n
 
-  def next(self, it: int, launch: Callable[[int], Any]) -> tuple[InFlight, dict]:
+  def next(self, it: int, launch: Callable[[int], Any],
+           version: Optional[int] = None) -> tuple[InFlight, dict]:
     """fill + pop; with `async/staleness` (policy versions between sampling
     and this update) and `async/in_flight` (rollouts launched ahead)."""
-    self.fill(it, launch)
+    self.fill(it, launch, version)
     entry = self.pop(it)
     return entry, {"async/staleness": float(it - entry.policy_version),
                    "async/in_flight": float(len(self._queue))}

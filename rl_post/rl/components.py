@@ -53,6 +53,9 @@ def rl_sections(config) -> dict:
   if sections["rl"].async_rewards and sections["filtering"].enabled:
     raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
                      "see a round's rewards before drawing the next one")
+  if sections["rl"].overlap_update and sections["filtering"].enabled:
+    raise ValueError("rl.overlap_update needs filtering.enabled=False: its rollouts are "
+                     "launched ahead as one round per iteration (rl/overlap_update.py)")
   return sections
 
 

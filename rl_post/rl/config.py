@@ -62,6 +62,19 @@ class RLConfig:
       generated (rl/async_rewards.py); incompatible with dynamic filtering.
     async_staleness: with async_rewards, how many updates a batch may lag
       the policy that sampled it (0 = the synchronous order and numbers).
+    overlap_update: generate iteration t + 1's rollout (with async_rewards:
+      every rollout up to t + 1 + async_staleness) while update t runs, with
+      the params from before update t (rl/overlap_update.py): a batch lags
+      the policy that trains on it by at most k = 1 + (async_staleness if
+      async_rewards else 0) updates, logged per step as `async/staleness`.
+      The sampler keeps its own copy of the policy params while the update
+      runs (the update donates the state; `overlap/sampler_params_gib`).
+      The iteration right after each periodic checkpoint is not overlapped,
+      so resume is exact; with checkpoint_every = 1 the run equals the
+      synchronous one. On one device the generation's programs still run
+      after the update's (dispatch order): the overlap hides host work.
+      Needs metrics_one_step_late (else the update is awaited at once) and
+      no dynamic filtering.
     compute_dtype: dtype of the model's activations and matmuls in the RL
       run ("" = model.dtype); params and optimizer state stay in
       model.param_dtype, log-softmax in float32 (rl_post/training/precision.py).
@@ -146,6 +159,7 @@ class RLConfig:
   init_from: str = ""
   async_rewards: bool = False
   async_staleness: int = 1
+  overlap_update: bool = False
   compute_dtype: str = ""
   peak_flops: float = 0.0
   metrics_one_step_late: bool = True
@@ -199,6 +213,11 @@ class RLConfig:
           self.async_rewards)
     check(isinstance(self.async_staleness, int) and self.async_staleness >= 0,
           "async_staleness", "must be an int >= 0", self.async_staleness)
+    check(isinstance(self.overlap_update, bool), "overlap_update", "must be a bool",
+          self.overlap_update)
+    check(not self.overlap_update or self.metrics_one_step_late is True, "overlap_update",
+          "needs rl.metrics_one_step_late=True (otherwise each update is awaited as soon "
+          "as it is dispatched, and nothing can run beside it)", self.overlap_update)
     check(self.compute_dtype in ("", "float32", "bfloat16"), "compute_dtype",
           'must be "", "float32" or "bfloat16"', self.compute_dtype)
     check(self.peak_flops >= 0, "peak_flops", "must be >= 0 (0 = no MFU)", self.peak_flops)

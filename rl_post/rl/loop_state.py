@@ -2,7 +2,8 @@
 
   run = Run(...)                    what the loop uses and never replaces: components,
                                     reference params, checkpoints, writer, guard, faults,
-                                    timer, progress, the async pipeline
+                                    timer, progress, the async pipeline, the sampler's
+                                    copy of the policy (rl.overlap_update)
   loop = LoopState(state, it=start) what each iteration changes: the TrainState, the
                                     next iteration, the update still on the device
   each iteration: collect a rollout -> finish the dispatched update (an `Outcome`)
@@ -68,8 +69,8 @@ class LoopState:
 @dataclasses.dataclass(frozen=True)
 class Run:
   """What the loop uses and never replaces (some hold state of their own: the
-  writer, guard, timer, progress, pipeline and `compiled_shapes` record what
-  they have seen).
+  writer, guard, timer, progress, pipeline, sampler and `compiled_shapes`
+  record what they have seen).
 
   Attributes:
     c: the run's `RLComponents` (its rollout source included).
@@ -78,6 +79,9 @@ class Run:
     initial_host: the host-side state at the start (`start_state.host_state`: the
       mixture's and the rollout source's), restored with the initial state.
     fingerprint: the tokenizer's, saved with every checkpoint.
+    pipeline: rollouts launched ahead (`async_rewards.RolloutPipeline`), or None.
+    sampler: with `rl.overlap_update`, the `overlap_update.SamplerSlot` holding the
+      params the next rollout samples while an update runs; else None.
     compiled_shapes: (step_fn, batch shapes) compiled ahead of their first update.
     release_memory: hand free heap pages back before each update (XLA:CPU).
   """
@@ -92,6 +96,7 @@ class Run:
   timer: Any
   progress: Any
   pipeline: Any
+  sampler: Any
   compile_clock: Any
   preempt: Any
   initial_host: dict

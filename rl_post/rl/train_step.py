@@ -95,6 +95,24 @@ def shared_prefix_len(rl: RLConfig, tokens_NxT) -> int:
   return prefix_rung(shared, rl)
 
 
+def minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
+  """epochs x minibatches slices of the rollout batch, shuffled per epoch
+  (by whole groups, each kept in order, with `rl.shared_prefix`)."""
+  n, g = rl.rollouts_per_step, rl.num_generations
+  size = n // rl.num_minibatches
+  out = []
+  for epoch in range(rl.num_epochs):
+    if rl.shared_prefix:
+      groups = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n // g))
+      order = (groups[:, None] * g + np.arange(g)[None]).reshape(-1)
+    else:
+      order = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n))
+    for i in range(rl.num_minibatches):
+      idx = order[i * size:(i + 1) * size]
+      out.append({k: v[idx] for k, v in batch.items()})
+  return out
+
+
 def make_rl_loss(model_config, rl: RLConfig, context_mesh=None, prefix_len: int = 0):
   """`(params, critic, batch, totals) -> (loss, metrics)` for `rl.algorithm`.
 

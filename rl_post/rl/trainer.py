@@ -14,6 +14,10 @@ guard's flag) are read after the next rollout, before the next update
 the step's: the loop waits for it before the next rollout starts, and that
 wait counts in `time/train_s` and `time/step_s` (not in the next step's
 `time/rollout_s`, whose generation could not start before it anyway).
+With `rl.overlap_update` the next rollout is launched first, with the
+sampler's copy of the params from before the update (rl/overlap_update.py),
+and the update is awaited after it: `time/train_s` then counts only the
+part of the update that the launch did not hide.
 Programs built (traced and compiled) are counted and timed apart
 (`time/compile_s`, `compile/programs`, `time/<phase>_compile_s`), and
 `throughput/rollout_tokens_per_s` leaves the rollout's compile time out.
@@ -49,11 +53,12 @@ from rl_post.metrics.writers import MetricWriter
 from rl_post.parallel import process_data
 from rl_post.rewards import process_credit
 from rl_post.rewards.scoring import reward_metrics
-from rl_post.rl import async_rewards, filtering, off_policy, start_state
+from rl_post.rl import async_rewards, filtering, off_policy, overlap_update, start_state
 from rl_post.rl.components import RLComponents
 from rl_post.rl.config import RLConfig
 from rl_post.rl.loop_state import LoopState, Outcome, Run, Step
-from rl_post.rl.train_step import rollout_batch, shared_prefix_len, trim_batch, used_width
+from rl_post.rl.train_step import (minibatches, rollout_batch, shared_prefix_len, trim_batch,
+                                   used_width)
 from rl_post.training import host_memory
 from rl_post.training.faults import FaultInjector, FaultLog
 from rl_post.training.guard import NonFiniteGuard
@@ -127,24 +132,6 @@ def _rollout_round(c: RLComponents, state, ref_params, timer, it: int, rnd: int)
                                                timer, it, rnd), timer)
 
 
-def _minibatches(batch: dict, rl: RLConfig, key) -> list[dict]:
-  """epochs x minibatches slices of the rollout batch, shuffled per epoch
-  (by whole groups, each kept in order, with `rl.shared_prefix`)."""
-  n, g = rl.rollouts_per_step, rl.num_generations
-  size = n // rl.num_minibatches
-  out = []
-  for epoch in range(rl.num_epochs):
-    if rl.shared_prefix:
-      groups = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n // g))
-      order = (groups[:, None] * g + np.arange(g)[None]).reshape(-1)
-    else:
-      order = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n))
-    for i in range(rl.num_minibatches):
-      idx = order[i * size:(i + 1) * size]
-      out.append({k: v[idx] for k, v in batch.items()})
-  return out
-
-
 def _release_before_update(step_fn, state, batch, compiled: set) -> None:
   """Hands the heap's free pages back to the OS right before the update runs,
   compiling it first when `batch`'s shapes are new (`compiled` records them).
@@ -171,19 +158,32 @@ def _save(run: Run, state, done: int):
 
 
 def _collect(run: Run, loop: LoopState):
-  """Step loop.it + 1's rollout, scored: (picked, scored, filter_metrics)."""
+  """Step loop.it + 1's rollout, scored, and when the step started:
+  ((picked, scored, filter_metrics), start). The update on the device is awaited
+  first; with `rl.overlap_update`, after launching this rollout with the sampler's
+  copy of the params from before that update (rl/overlap_update.py)."""
   c, rl, it = run.c, run.c.rl, loop.it
+  held = run.sampler.take(it, loop.dispatched is not None) if run.sampler else None
+  if held is None and loop.dispatched is not None:
+    _await_update(loop.dispatched)
+  start = time.perf_counter()
   if run.pipeline is None:
     return filtering.collect(
         lambda rnd: _rollout_round(c, loop.state, run.ref_params, run.timer, it, rnd),
-        lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering)
-  # batches up to it + staleness launched with the current policy (async_rewards.py)
+        lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering), start
+  # batches up to it + staleness launched with the sampler's policy (async_rewards.py)
+  params = held.params if held else c.policy_params(loop.state)
+  ref_params = c.reference_params(loop.state, run.ref_params)
   entry, filter_metrics = run.pipeline.next(
-      it, lambda j: _launch_round(c, c.policy_params(loop.state),
-                                  c.reference_params(loop.state, run.ref_params), run.timer,
-                                  j, 0))
+      it, lambda j: _launch_round(c, params, ref_params, run.timer, j, 0),
+      version=held.version if held else it)
+  del held, params  # the sampler's copy goes with the launches
+  if loop.dispatched is not None:
+    _await_update(loop.dispatched)
   picked = _finish_round(c, loop.state, entry.payload, run.timer)
-  return picked, picked, filter_metrics
+  if rl.recomputes_logp and entry.policy_version < it:  # pi_old: the update's own start
+    picked["trainer_logp"] = overlap_update.proximal_logp(c, loop.state, entry.payload)
+  return (picked, picked, filter_metrics), start
 
 
 def _dispatch(run: Run, loop: LoopState, picked, scored, filter_metrics,
@@ -206,10 +206,13 @@ def _dispatch(run: Run, loop: LoopState, picked, scored, filter_metrics,
   prefix_len = shared_prefix_len(rl, batch["tokens"])
   step_fn = c.step_fn_for(prefix_len)
   rollout_rss = host_rss.metrics("rollout_")  # before the update: the rollout's own peak
+  handover = {}
+  if run.sampler is not None:  # the params the next rollout samples, kept from the donation
+    with timer("handover"):
+      handover = run.sampler.before_update(c, loop.state, it)
   with timer("train"):
     device = []
-    minibatches = _minibatches(batch, rl, jax.random.fold_in(c.ctx.key("shuffle"), it))
-    for i, mb in enumerate(minibatches):
+    for i, mb in enumerate(minibatches(batch, rl, jax.random.fold_in(c.ctx.key("shuffle"), it))):
       mb = process_data.put_batch(mb, c.batch_sharding)
       if i == 0 and run.release_memory:
         _release_before_update(step_fn, loop.state, mb, run.compiled_shapes)
@@ -218,7 +221,7 @@ def _dispatch(run: Run, loop: LoopState, picked, scored, filter_metrics,
     if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
       jax.block_until_ready(device)
   metrics = _rollout_metrics(tasks_N, rewards, host, rl)
-  metrics.update(rollout_rss)
+  metrics.update(rollout_rss, **handover)
   if not rl.metrics_one_step_late:
     metrics.update(host_rss.metrics("update_"))
   if picked.get("trainer_logp") is not None:  # the sampler/trainer log-prob gap
@@ -373,9 +376,10 @@ def train(config, workdir: str) -> dict:
       injector=FaultInjector(c.faults, fault_log), fault_log=fault_log,
       timer=StepTimer(compile_clock=compile_clock),
       progress=progress_lib.Progress(rl.num_steps, start, clock=time.perf_counter),
-      pipeline=(async_rewards.RolloutPipeline(rl.async_staleness, rl.num_steps,
-                                              rl.checkpoint_every)
-                if rl.async_rewards else None),
+      pipeline=(async_rewards.RolloutPipeline(overlap_update.pipeline_staleness(rl),
+                                              rl.num_steps, rl.checkpoint_every)
+                if rl.async_rewards or rl.overlap_update else None),
+      sampler=overlap_update.SamplerSlot() if rl.overlap_update else None,
       compile_clock=compile_clock, preempt=SigtermFlag().__enter__(),
       initial_host=initial_host, fingerprint=tokenizer_fingerprint.of(ctx.tokenizer),
       # on XLA:CPU the device's buffers are host memory (rl_post.training.host_memory)
@@ -388,11 +392,9 @@ def train(config, workdir: str) -> dict:
   # that rollout, and checkpoint t holds exactly the state after update t.
   try:
     while loop.it < rl.num_steps or loop.dispatched is not None:
-      if loop.dispatched is not None:  # the next rollout needs the update's params
-        _await_update(loop.dispatched)
-      step_start = time.perf_counter()
-      rollout = _collect(run, loop) if loop.it < rl.num_steps else None
+      rollout, step_start = _collect(run, loop) if loop.it < rl.num_steps else (None, None)
       if loop.dispatched is not None:
+        _await_update(loop.dispatched)  # after the last step (_collect awaits the others)
         outcome = _finish(run, loop)
         if outcome is Outcome.PREEMPTED:
           break

@@ -112,6 +112,10 @@ def test_episodes_section_errors_and_defaults(tmp_path):
   with pytest.raises(ValueError, match="async_rewards"):
     trainer.train(c, str(tmp_path))
   c = grpo_episodes.get_config("tiny")
+  c.rl.overlap_update = True
+  with pytest.raises(ValueError, match="episodes.enabled needs rl.overlap_update=False"):
+    trainer.train(c, str(tmp_path))
+  c = grpo_episodes.get_config("tiny")
   c.rl.max_new_tokens = 16
   with pytest.raises(ValueError, match=r"episodes.turn_tokens=24: must be <= rl.max_new"):
     trainer.train(c, str(tmp_path))

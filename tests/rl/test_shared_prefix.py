@@ -11,6 +11,7 @@ from rl_post.metrics.writers import read_metrics
 from rl_post.rl import config as rl_config
 from rl_post.rl import trainer
 from rl_post.models.logprobs import hidden_states
+from rl_post.rl import train_step
 from rl_post.rl.train_step import (make_ref_logprobs, make_rl_train_step, prefix_rung,
                                    rollout_batch, shared_prefix_len)
 from rl_post.training.state import TrainState
@@ -169,7 +170,7 @@ def test_config_needs_groups_and_whole_groups_per_micro_batch():
 def test_minibatches_shuffle_whole_groups():
   rl = _rl(shared_prefix=True, num_minibatches=3, num_epochs=2)
   batch = {"tokens": np.arange(P * G)[:, None]}
-  parts = trainer._minibatches(batch, rl, jax.random.key(0))
+  parts = train_step.minibatches(batch, rl, jax.random.key(0))
   assert len(parts) == 6
   orders = [np.concatenate([p["tokens"][:, 0] for p in parts[e * 3:(e + 1) * 3]])
             for e in range(2)]
