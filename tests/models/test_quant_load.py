@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rl_post import models
-from rl_post.models import hf, pretrained, quant, quant_load, safetensors_io
+from rl_post.models import gguf_q4, hf, pretrained, quant, quant_load, safetensors_io
 
 _quantize_base = jax.jit(quant.quantize_base, static_argnums=(1, 2))
 
@@ -43,13 +43,14 @@ def test_each_projection_is_read_once_and_never_placed_in_float(checkpoint, monk
   @functools.wraps(place)
   def placed(config, source, **kwargs):
     params = place(config, source, **kwargs)
-    assert "attn" not in params["blocks"] and "mlp" not in params["blocks"]
+    floats = {(m, t) for m, targets in params["blocks"].items() for t in targets}
+    assert not floats & {(m, t) for _, m, t in quant.PROJECTION_PATHS}, floats
     return params
 
   monkeypatch.setattr(hf, "place_params", placed)
   frozen = quant_load.place_quantized(config, source, "nf4", 16)
   assert frozen["params"]["blocks"]["attn"]["q_proj"].dtype == np.uint8
-  projections = [n for n in reads if "_proj" in n]
+  projections = [n for n in reads if n in set(gguf_q4.projection_names(config))]
   assert len(projections) == len(set(projections)) == 7 * config.num_layers
 
 
