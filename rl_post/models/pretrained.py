@@ -67,7 +67,7 @@ def requantize_note(types, base_quant: str, block_size: int) -> str:
   if set(types) <= set(_FLOAT_TYPES):
     return f"its block projections are {held}: each is quantized to {target} as it is read"
   if set(types) <= set(gguf_q4.Q4_TYPES):
-    return (f"its block projections are {held} blocks, which a {base_quant} base does not "
+    return (f"its block projections are {held} blocks, which the {base_quant} base does not "
             f"keep: each is dequantized and quantized again, to {target}, as it is read "
             f"(lora.base_quant='q4_1' with base_quant_block_size={gguf_q4.BLOCK} keeps them)")
   return (f"its block projections are {held}, not only {' or '.join(gguf_q4.Q4_TYPES)} "
