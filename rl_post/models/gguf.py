@@ -143,15 +143,18 @@ def metadata(reader, key: str, default=None):
 class GGUFSource:
   """HF-named, HF-layout float32 tensors dequantized from a GGUF file on demand.
 
-  The last L + 1 tensors stay cached: on a mesh, every device's callback for
-  a stacked [L, ...] param asks for the same L tensors, which are then
-  dequantized once (host memory stays bounded by one param).
+  The last L + 1 tensors stay cached (`cache_size`, default L + 1): on a
+  mesh, every device's callback for a stacked [L, ...] param asks for the
+  same L tensors, which are then dequantized once (host memory stays
+  bounded by one param). A reader that takes each tensor once (a quantizing
+  load) passes a smaller `cache_size`.
   """
 
-  def __init__(self, reader, config: ModelConfig, architecture: str):
+  def __init__(self, reader, config: ModelConfig, architecture: str,
+               cache_size: int | None = None):
     self._reader = reader
     self._cache = collections.OrderedDict()
-    self._cache_size = config.num_layers + 1
+    self._cache_size = config.num_layers + 1 if cache_size is None else cache_size
     self._tensors = {}
     for tensor in reader.tensors:
       name = hf_name(tensor.name)

@@ -18,6 +18,11 @@ as `quant.quantize_base(params, "int4", 32)`. Any Q4_1: a "q4_1" one
 exact), the tree of `quant.quantize_base(params, "q4_1", 32)`.
 Embeddings, norms and the head are dequantized to float like a plain load:
 a quantized base keeps them float.
+
+`keeps_blocks` says whether a run's `lora.base_quant` and block size are
+what a file's blocks hold (the trainers then load them with `load_q4_base`,
+`rl_post.models.pretrained.load_base`), and names the setting that would
+keep them when they are not.
 """
 
 import os
@@ -30,8 +35,69 @@ from rl_post.models.config import ModelConfig
 
 BLOCK = 32
 Q4_TYPES = ("Q4_0", "Q4_1")
-_PROJECTION_PATHS = {("blocks", module, target)
-                     for module, targets in quant.PROJECTIONS.items() for target in targets}
+GGUF_FORMATS = ("int4", "q4_1")  # the `lora.base_quant` formats GGUF blocks are
+
+
+class BlockMismatch(ValueError):
+  """`lora.base_quant` or `lora.base_quant_block_size` names a GGUF block
+  format that a file's own 4-bit blocks are not (`keeps_blocks`).
+
+  Attributes:
+    key: the LoraConfig field at fault ("base_quant" or "base_quant_block_size").
+    value: its value.
+    problem: what the file holds, and the setting that loads it as it is.
+  """
+
+  def __init__(self, key: str, value, problem: str):
+    self.key, self.value, self.problem = key, value, problem
+    super().__init__(f"lora.{key}={value!r}: {problem}")
+
+
+def projection_names(config: ModelConfig) -> list[str]:
+  """The HF names of every layer's block projections."""
+  specs = {spec.path: spec for spec in hf_mapping.param_specs(config)}
+  return [specs[p].name(i) for p in sorted(quant.PROJECTION_PATHS)
+          for i in range(config.num_layers)]
+
+
+def projection_types(source, config: ModelConfig) -> set[str]:
+  """The GGUF types of the block projections of `source` (a `gguf.GGUFSource`),
+  e.g. {"Q4_1"} or {"Q4_0", "Q8_0"}."""
+  return {source.quant_type(name) for name in projection_names(config)}
+
+
+def keeps_blocks(types, base_quant: str, block_size: int) -> bool:
+  """Whether block projections of the GGUF `types` are, as they are, a frozen
+  base of `base_quant` with blocks of `block_size` (what `load_q4_base` reads):
+  "q4_1" for Q4_0 and Q4_1 blocks, "int4" for Q4_0 blocks alone, both with
+  blocks of 32.
+
+  False where some projection is not a Q4_0/Q4_1 tensor or `base_quant` is
+  "nf4" or "int8", formats no GGUF block is: that base is quantized from
+  the file's dequantized values.
+
+  Raises:
+    BlockMismatch: 4-bit blocks and a `base_quant` that names a GGUF block
+      format, but not theirs: "int4" for Q4_1 blocks (an int4 base has no
+      offsets), or a block size other than 32. Quantizing those blocks again
+      would add a second 4-bit rounding to the file's own; the error names
+      the setting that keeps them.
+  """
+  types = set(types)
+  if base_quant not in GGUF_FORMATS or not types <= set(Q4_TYPES):
+    return False
+  held = " and ".join(sorted(types))
+  if base_quant == "int4" and "Q4_1" in types:
+    raise BlockMismatch("base_quant", base_quant, f"the GGUF file's block projections are "
+                        f"{held} blocks, and a Q4_1 block's offset has no place in an int4 "
+                        f"base: set base_quant='q4_1' (base_quant_block_size={BLOCK}) to "
+                        "load them as they are")
+  if block_size != BLOCK:
+    raise BlockMismatch("base_quant_block_size", block_size, f"the GGUF file's block "
+                        f"projections are {held} blocks of {BLOCK} values: set "
+                        f"base_quant_block_size={BLOCK} to load them as they are (blocks of "
+                        f"{block_size} would quantize its 4-bit values a second time)")
+  return True
 
 
 def q4_blocks(tensor) -> dict:
@@ -72,30 +138,41 @@ def _stacked_shape(shape, target: str, divisor: int):
   return shape[:axis] + (shape[axis] // divisor,) + shape[axis + 1:]
 
 
-def load_q4_base(path_or_reader, *, dtype: str = "float32") -> tuple[ModelConfig, dict]:
+def load_q4_base(path_or_reader, *, dtype: str = "float32",
+                 base_quant: str | None = None) -> tuple[ModelConfig, dict]:
   """(ModelConfig, frozen 4-bit base) from a GGUF file whose block projections
   are Q4_0/Q4_1 (other tensors: any type `gguf.load` reads, made `dtype`).
 
+  Args:
+    base_quant: the base to make, "int4" (every block Q4_0) or "q4_1" (Q4_0
+      blocks get the offset -8 d); None: "int4" when every block is Q4_0,
+      else "q4_1".
   Raises:
     ValueError: a projection of another type, or one whose last input dim
-      (in our layout) is not a multiple of 32.
+      (in our layout) is not a multiple of 32; `BlockMismatch`: "int4" for
+      a file with Q4_1 blocks.
   """
+  if base_quant not in (None,) + GGUF_FORMATS:
+    raise ValueError(f"a GGUF 4-bit base is one of {GGUF_FORMATS}, got {base_quant!r}")
   reader = (gguf.open_reader(path_or_reader) if isinstance(path_or_reader, (str, os.PathLike))
             else path_or_reader)
   config, arch = gguf.config_from_gguf(reader, dtype=dtype)
   source = gguf.GGUFSource(reader, config, arch)
   specs = {spec.path: spec for spec in hf_mapping.param_specs(config)}
-  names = [specs[p].name(i) for p in sorted(_PROJECTION_PATHS) for i in range(config.num_layers)]
-  for name in names:
+  for name in projection_names(config):
     if source.quant_type(name) not in Q4_TYPES:
       raise ValueError(f"GGUF tensor {name!r} is {source.quant_type(name)}; a 4-bit base "
                        f"reads {' or '.join(Q4_TYPES)} blocks")
-  affine = any(source.quant_type(name) == "Q4_1" for name in names)
+  types = projection_types(source, config)
+  if base_quant is None:
+    base_quant = "q4_1" if "Q4_1" in types else "int4"
+  keeps_blocks(types, base_quant, BLOCK)  # raises for int4 over Q4_1 blocks
+  affine = base_quant == "q4_1"
   np_dtype = np.dtype(jnp.dtype(dtype))
   params, scales, offsets = {}, {}, {}
   for path, spec in specs.items():
     full = spec.full_shape(config.num_layers)
-    if path not in _PROJECTION_PATHS:
+    if path not in quant.PROJECTION_PATHS:
       if spec.per_layer:
         value = np.stack([spec.to_ours(source.get(spec.name(i)))
                           for i in range(config.num_layers)])

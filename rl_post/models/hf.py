@@ -159,7 +159,7 @@ def default_mesh() -> jax.sharding.Mesh:
   return mesh_lib.make_mesh({"data": -1}, devices=jax.devices()[:1])
 
 
-def place_params(config: ModelConfig, source, *, mesh=None, rules=None):
+def place_params(config: ModelConfig, source, *, mesh=None, rules=None, skip=frozenset()):
   """Builds the params tree from `source` straight into its shardings.
 
   Args:
@@ -168,6 +168,8 @@ def place_params(config: ModelConfig, source, *, mesh=None, rules=None):
       `source.get(name)` (numpy array-like, HF layout; may be a memmap).
     mesh: target mesh (default: the first device).
     rules: logical-axis rules (default `sharding.DEFAULT_RULES`).
+    skip: param paths (e.g. ("blocks", "attn", "q_proj")) left out of the
+      tree and never read (a quantizing loader reads those itself).
   """
   check_tensors(config, source)
   mesh = mesh or default_mesh()
@@ -177,6 +179,8 @@ def place_params(config: ModelConfig, source, *, mesh=None, rules=None):
   dtype = np.dtype(jax.numpy.dtype(config.param_dtype))
   params = {}
   for spec in hf_mapping.param_specs(config):
+    if spec.path in skip:
+      continue
     shape = spec.full_shape(config.num_layers)
 
     def callback(index, spec=spec):

@@ -37,6 +37,8 @@ import jax.numpy as jnp
 from rl_post.models import quant4
 
 PROJECTIONS = {"attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate", "up", "down")}
+PROJECTION_PATHS = frozenset(("blocks", module, target)  # their paths in the params tree
+                             for module, targets in PROJECTIONS.items() for target in targets)
 QMAX = 127
 FORMATS = ("int8",) + quant4.FORMATS
 

@@ -35,9 +35,12 @@ from rl_post.training.run import (RunContext, mismatched_checkpoints, pretrained
 
 
 def initial_params(ctx: RunContext, rl: RLConfig):
-  """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init)."""
+  """Params to start from: exported SFT params, `config.pretrained`, or None (fresh init).
+
+  From `config.pretrained` with `rl.lora.base_quant` set: the quantized frozen
+  base, made as the checkpoint is read (`pretrained_params`)."""
   if not rl.init_from:
-    return pretrained_params(ctx)
+    return pretrained_params(ctx, rl.lora, "rl.lora")
   if not os.path.isdir(rl.init_from):
     raise MissingInputError("rl.init_from", rl.init_from,
                             "is not a directory; point it at the export/ folder of a finished "

@@ -253,7 +253,8 @@ def train(config, workdir: str) -> dict:
 
   def fresh_state():
     return state_lib.create_train_state(ctx.model_config, optimizer, ctx.mesh, ctx.rules,
-                                        ctx.key("init"), params=pretrained_params(ctx),
+                                        ctx.key("init"),
+                                        params=pretrained_params(ctx, sft.lora, "sft.lora"),
                                         lora=sft.lora, donate=True)
 
   def restore_latest():

@@ -28,8 +28,8 @@ from rl_post.data.hf_tokenizer import load_tokenizer
 from rl_post.data.tokenizer import Tokenizer
 from rl_post import errors
 from rl_post.errors import ConfigError, MissingInputError
-from rl_post.models import ModelConfig
-from rl_post.models import pretrained
+from rl_post.models import ModelConfig, abstract_params
+from rl_post.models import gguf_q4, pretrained, quant
 from rl_post.output_paths import ensure_workdir
 from rl_post.config_sections import from_section
 from rl_post.parallel import distributed
@@ -364,14 +364,40 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None, *
                     root_key=jax.random.key(run.seed))
 
 
-def pretrained_params(ctx: RunContext):
-  """Params of `pretrained.path` placed on the run's mesh, or None."""
+def pretrained_params(ctx: RunContext, lora=None, lora_field: str = "lora"):
+  """Params of `pretrained.path` placed on the run's mesh, or None.
+
+  With a `lora` (`LoraConfig`) that quantizes its base (`base_quant`), the
+  frozen base itself, already quantized (`pretrained.load_base`): a GGUF
+  file's own Q4_0/Q4_1 blocks when they are that base, else each projection
+  quantized as it is read, so the projections are never all in float at once.
+  `rl_post.training.state.create_train_state` keeps such a base as it is.
+
+  Raises:
+    ConfigError: on `pretrained.path` for a model that differs from
+      config.model; on `<lora_field>.base_quant` or `.base_quant_block_size`
+      (`lora_field`: the run's section, "rl.lora" or "sft.lora") when they
+      name a GGUF block format that the file's 4-bit blocks are not.
+    ValueError: a block size that does not divide a projection.
+  """
   path = ctx.sections.pretrained_path
   if not path:
     return None
+  quantized = lora is not None and lora.enabled and lora.base_quant
+  if quantized and lora.base_quant != "int8":  # before any reading, as a plain config error
+    quant.check_block_size(abstract_params(ctx.model_config), lora.base_quant_block_size)
   with errors.reading("pretrained.path", path):
-    stored, params = pretrained.load(path, mesh=ctx.mesh, rules=ctx.rules,
-                                     dtype=ctx.model_config.param_dtype)
+    try:
+      if quantized:
+        stored, params = pretrained.load_base(path, lora.base_quant, lora.base_quant_block_size,
+                                              mesh=ctx.mesh, rules=ctx.rules,
+                                              dtype=ctx.model_config.param_dtype)
+      else:
+        stored, params = pretrained.load(path, mesh=ctx.mesh, rules=ctx.rules,
+                                         dtype=ctx.model_config.param_dtype)
+    except gguf_q4.BlockMismatch as e:
+      raise ConfigError(f"{lora_field}.{e.key}", e.value,
+                        f"pretrained.path={path!r}: {e.problem}") from None
   diff = shape_differences(stored, ctx.model_config)
   if diff:
     raise ConfigError("pretrained.path", path, f"holds a model that differs from config.model "

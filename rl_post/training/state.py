@@ -10,7 +10,8 @@ passes them through (donated with the state, so they are never copied).
 With `lora.base_quant` set ("int8", "int4", "nf4", "q4_1") the base is
 `rl_post.models.quant.quantize_base`'s {"params", "scales"} (+ "codebook"
 for 4-bit, "offsets" for q4_1): quantized projections and their f32 scales. A `params` given
-already quantized (`rl_post.models.gguf_q4.load_q4_base`) is kept as it is.
+already quantized (`rl_post.models.pretrained.load_base`, which the trainers start a
+pretrained QLoRA run from, or `rl_post.models.gguf_q4.load_q4_base`) is kept as it is.
 """
 
 from typing import Any

@@ -15,41 +15,10 @@ from rl_post.parallel import sharding
 from rl_post.training import state as state_lib
 
 import gguf as gguf_lib
+import tiny_gguf
+from tiny_gguf import D, E, H, K, L, Q, V
 
-V, E, F, H, K, D, L = 40, 64, 96, 2, 1, 32, 2  # every matmul input a multiple of 32
-Q = gguf_lib.GGMLQuantizationType
-_LAYER = {"attn_q.weight": (H * D, E), "attn_k.weight": (K * D, E), "attn_v.weight": (K * D, E),
-          "attn_output.weight": (E, H * D), "ffn_gate.weight": (F, E), "ffn_up.weight": (F, E),
-          "ffn_down.weight": (E, F)}
-
-
-def _write(path, qtypes):
-  """A tiny llama GGUF whose projections are quantized by gguf itself, `qtypes`
-  cycling over them (norms and the embedding float32)."""
-  rng = np.random.default_rng(0)
-  writer = gguf_lib.GGUFWriter(str(path), "llama")
-  for add, value in [(writer.add_block_count, L), (writer.add_context_length, 64),
-                     (writer.add_embedding_length, E), (writer.add_feed_forward_length, F),
-                     (writer.add_head_count, H), (writer.add_head_count_kv, K),
-                     (writer.add_key_length, D), (writer.add_layer_norm_rms_eps, 1e-5),
-                     (writer.add_rope_freq_base, 10_000.0), (writer.add_vocab_size, V)]:
-    add(value)
-  writer.add_tensor("token_embd.weight", (rng.standard_normal((V, E)) * 0.3).astype(np.float32))
-  writer.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
-  count = 0
-  for i in range(L):
-    for norm in ("attn_norm.weight", "ffn_norm.weight"):
-      writer.add_tensor(f"blk.{i}.{norm}", (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
-    for name, shape in _LAYER.items():
-      qtype = qtypes[count % len(qtypes)]
-      count += 1
-      value = (rng.standard_normal(shape) * 0.3 + 0.05).astype(np.float32)
-      writer.add_tensor(f"blk.{i}.{name}", gguf_lib.quants.quantize(value, qtype), raw_dtype=qtype)
-  writer.write_header_to_file()
-  writer.write_kv_data_to_file()
-  writer.write_tensors_to_file()
-  writer.close()
-  return str(path)
+_write = tiny_gguf.write
 
 
 @pytest.mark.parametrize("qtypes", [(Q.Q4_0,), (Q.Q4_1, Q.Q4_0)], ids=["q4_0", "q4_1+q4_0"])
@@ -131,3 +100,40 @@ def test_smollm2_q4_1_blocks_equal_ggufs_dequantization():
     ref = gguf_lib.quants.dequantize(tensor.data, tensor.tensor_type)
     np.testing.assert_allclose(ours_NxK, ref, rtol=0, atol=2e-7 * np.abs(ref).max(),
                                err_msg=tensor.name)
+
+
+def test_load_q4_base_makes_the_named_format(tmp_path):
+  path = _write(tmp_path / "q4_0.gguf", (Q.Q4_0,))
+  _, int4 = gguf_q4.load_q4_base(path)
+  _, affine = gguf_q4.load_q4_base(path, base_quant="q4_1")  # Q4_0 blocks, offset -8 d
+  assert "offsets" not in int4 and set(affine["offsets"]) == {"attn", "mlp"}
+  jax.tree.map(np.testing.assert_array_equal, affine["params"], int4["params"])
+  jax.tree.map(lambda o, s: np.testing.assert_array_equal(o, -8 * s), affine["offsets"],
+               int4["scales"])
+  np.testing.assert_allclose(jax.jit(quant.dequantize_base)(affine)["blocks"]["mlp"]["up"],
+                             jax.jit(quant.dequantize_base)(int4)["blocks"]["mlp"]["up"],
+                             rtol=0, atol=1e-6)
+  with pytest.raises(gguf_q4.BlockMismatch, match=r"lora.base_quant='int4': .* Q4_0 and Q4_1 "
+                     r"blocks, .* set base_quant='q4_1'"):
+    gguf_q4.load_q4_base(_write(tmp_path / "mixed.gguf", (Q.Q4_1, Q.Q4_0)), base_quant="int4")
+
+
+@pytest.mark.parametrize("types, base_quant, block_size, keeps", [
+    ({"Q4_1"}, "q4_1", 32, True), ({"Q4_0", "Q4_1"}, "q4_1", 32, True),
+    ({"Q4_0"}, "q4_1", 32, True), ({"Q4_0"}, "int4", 32, True),
+    ({"Q4_1"}, "nf4", 64, False), ({"Q4_1"}, "int8", 64, False),  # no GGUF block format
+    ({"F32"}, "q4_1", 32, False), ({"Q4_1", "Q8_0"}, "q4_1", 32, False),  # not all 4-bit
+    ({"Q8_0"}, "int4", 64, False)])
+def test_keeps_blocks(types, base_quant, block_size, keeps):
+  assert gguf_q4.keeps_blocks(types, base_quant, block_size) is keeps
+
+
+@pytest.mark.parametrize("types, base_quant, block_size, key", [
+    ({"Q4_1"}, "q4_1", 64, "base_quant_block_size"),
+    ({"Q4_0"}, "int4", 16, "base_quant_block_size"),
+    ({"Q4_1"}, "int4", 32, "base_quant"), ({"Q4_0", "Q4_1"}, "int4", 64, "base_quant")])
+def test_keeps_blocks_names_the_setting_that_would_keep_them(types, base_quant, block_size, key):
+  with pytest.raises(gguf_q4.BlockMismatch) as raised:
+    gguf_q4.keeps_blocks(types, base_quant, block_size)
+  assert raised.value.key == key
+  assert "blocks" in raised.value.problem and "to load them as they are" in raised.value.problem
