@@ -51,7 +51,7 @@ def machine_info() -> dict:
 SEED_RESULT = "seed_result.json"
 
 
-def _log_like_parent(verbosity: int):
+def log_like_parent(verbosity: int):
   """A spawned seed worker logs at the parent's verbosity, to stderr (its progress lines)."""
   logging.use_absl_handler()
   logging.set_verbosity(verbosity)
@@ -136,7 +136,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, seeds: Sequence[int], *
   # one process per seed: a process that ran every stage of a seed holds on to memory
   # (compiled programs, allocator pages) that the next seed's stages would add to
   with concurrent.futures.ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=spawn,
-                                              max_tasks_per_child=1, initializer=_log_like_parent,
+                                              max_tasks_per_child=1, initializer=log_like_parent,
                                               initargs=(logging.get_verbosity(),)) as pool:
     futures = {pool.submit(_seed_summary, config_dict, seed, dirs[seed]): seed for seed in seeds}
     for future in concurrent.futures.as_completed(futures):

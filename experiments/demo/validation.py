@@ -31,8 +31,9 @@ import time
 import ml_collections
 from absl import logging
 
-from experiments.demo.seed_runs import machine_info
+from experiments.demo import seed_runs
 from rl_post.errors import ConfigError
+from rl_post.eval import stats
 from rl_post.metrics.writers import read_metrics
 
 AS_CONFIGURED = "as configured"
@@ -133,13 +134,11 @@ def point_config(config: ml_collections.ConfigDict, seed: int,
   return out
 
 
-def wilson(rate: float, n: int, z: float = 1.96) -> tuple[float, float]:
-  """The 95% Wilson interval of a rate over n problems."""
+def wilson(rate: float, n: int) -> tuple[float, float]:
+  """The 95% Wilson interval of a rate over n problems (nan without problems)."""
   if n <= 0:
     return (float("nan"), float("nan"))
-  centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
-  half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-  return (max(0.0, centre - half), min(1.0, centre + half))
+  return stats.wilson_interval(round(rate * n), n)
 
 
 def point_result(rows: list[dict], heldout_size: int) -> dict:
@@ -168,11 +167,6 @@ def _train(config_dict: dict, workdir: str) -> float:
   start = time.monotonic()
   trainer.train(ml_collections.ConfigDict(config_dict), workdir)
   return time.monotonic() - start
-
-
-def _log_like_parent(verbosity: int):
-  logging.use_absl_handler()
-  logging.set_verbosity(verbosity)
 
 
 def _dir_name(name: str) -> str:
@@ -219,9 +213,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, seed: int,
   dirs = {name: os.path.join(workdir, _dir_name(name)) for name, _ in points}
   spawn = multiprocessing.get_context("spawn")  # JAX does not survive fork
   walls = {}
-  with concurrent.futures.ProcessPoolExecutor(min(jobs, len(points)), mp_context=spawn,
-                                              max_tasks_per_child=1, initializer=_log_like_parent,
-                                              initargs=(logging.get_verbosity(),)) as pool:
+  with concurrent.futures.ProcessPoolExecutor(
+      min(jobs, len(points)), mp_context=spawn, max_tasks_per_child=1,
+      initializer=seed_runs.log_like_parent, initargs=(logging.get_verbosity(),)) as pool:
     futures = {pool.submit(_train, configs[name].to_dict(), dirs[name]): name
                for name, _ in points}
     for future in concurrent.futures.as_completed(futures):
@@ -234,7 +228,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, seed: int,
   chosen = choose(rows)
   overlap = all(r["greedy_interval"][1] >= chosen["greedy_interval"][0] for r in rows)
   out = {"command": command, "seed": seed, "heldout_size": heldout_size,
-         "machine": machine_info(), "rows": rows, "chosen": chosen, "intervals_overlap": overlap}
+         "machine": seed_runs.machine_info(), "rows": rows, "chosen": chosen,
+         "intervals_overlap": overlap}
   paths = {"json": os.path.join(workdir, "validation.json"),
            "md": os.path.join(workdir, "validation.md")}
   with open(paths["json"], "w", encoding="utf-8") as f:

@@ -4,14 +4,13 @@ import jax
 import numpy as np
 import pytest
 
-from configs import grpo_arithmetic
-from rl_fixtures import DIGIT_DOMAIN
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
 from rl_post.rl.async_rewards import RolloutPipeline, launch_horizon
-from run_metrics import MEASURED
+from digit_runs import digit_config
+from run_metrics import computed_rows
 
-VOLATILE = MEASURED + ("async/",)
+VOLATILE = ("async/",)  # beside the machine's measurements (run_metrics.MEASURED)
 
 
 def test_launch_horizon_bounds_staleness_end_and_checkpoints():
@@ -58,25 +57,13 @@ def test_pipeline_drain_then_refill_from_current_policy():
     pipe.pop(5)
 
 
-def _config(tokenizer_path, **rl):
-  c = grpo_arithmetic.get_config("tiny")
-  c.tokenizer.path = tokenizer_path
-  c.tasks.update(domains=(DIGIT_DOMAIN,), difficulties=(1,), domain_options={}, heldout_size=0)
-  c.rl.update(max_prompt_len=24, max_new_tokens=6, batch_size=4, num_generations=4,
-              checkpoint_every=2, eval_every=0, num_steps=4)
-  c.rl.grpo.kl_coef = 0.05
-  c.rl.update(**rl)
-  c.optimizer.learning_rate = 3e-3
-  return c
-
-
 def _stable(rows):
-  return [{k: v for k, v in m.items() if not k.startswith(VOLATILE)} for m in rows]
+  return computed_rows(rows, VOLATILE)
 
 
 def test_staleness_zero_matches_sync(tokenizer_path, tmp_path):
-  sync = trainer.train(_config(tokenizer_path), str(tmp_path / "sync"))
-  async0 = trainer.train(_config(tokenizer_path, async_rewards=True, async_staleness=0),
+  sync = trainer.train(digit_config(tokenizer_path), str(tmp_path / "sync"))
+  async0 = trainer.train(digit_config(tokenizer_path, async_rewards=True, async_staleness=0),
                          str(tmp_path / "async0"))
   a, b = read_metrics(str(tmp_path / "sync")), read_metrics(str(tmp_path / "async0"))
   assert _stable(a) == _stable(b)
@@ -87,7 +74,7 @@ def test_staleness_zero_matches_sync(tokenizer_path, tmp_path):
 
 
 def test_staleness_one_records_lag_and_resumes_exactly(tokenizer_path, tmp_path):
-  config = _config(tokenizer_path, async_rewards=True, async_staleness=1)
+  config = digit_config(tokenizer_path, async_rewards=True, async_staleness=1)
   straight = trainer.train(config, str(tmp_path / "straight"))
   a = read_metrics(str(tmp_path / "straight"))
   # checkpoint_every=2 drains the pipeline at steps 2 and 4: batches 1 and 3 are one update stale
@@ -106,7 +93,7 @@ def test_staleness_one_records_lag_and_resumes_exactly(tokenizer_path, tmp_path)
 
 
 def test_async_with_dynamic_filtering_is_refused(tokenizer_path, tmp_path):
-  config = _config(tokenizer_path, async_rewards=True)
+  config = digit_config(tokenizer_path, async_rewards=True)
   config.filtering.enabled = True
   with pytest.raises(ValueError, match="async_rewards needs filtering.enabled=False"):
     trainer.train(config, str(tmp_path))
@@ -117,7 +104,7 @@ def test_async_batches_are_bounded_by_the_reward_batch_deadline(tokenizer_path, 
   the async run finishes, counting the hung completions as timeouts."""
   import time
   from rl_fixtures import FAULTY_DOMAIN
-  config = _config(tokenizer_path, async_rewards=True, async_staleness=1, num_steps=3,
+  config = digit_config(tokenizer_path, async_rewards=True, async_staleness=1, num_steps=3,
                    checkpoint_every=100)
   config.tasks.update(domains=(FAULTY_DOMAIN,),
                       domain_options={FAULTY_DOMAIN: {"faults": ("hang", None)}})

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from configs import grpo_arithmetic
-from rl_fixtures import DIGIT_DOMAIN
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import components, overlap_update, single_turn_source, trainer
 from rl_post.rl import config as rl_config
 from rl_post.rl.async_rewards import RolloutPipeline
-from run_metrics import MEASURED
+from digit_runs import digit_config
+from run_metrics import computed_rows
 
-VOLATILE = MEASURED + ("async/", "overlap/")
+VOLATILE = ("async/", "overlap/")  # beside the machine's measurements (run_metrics.MEASURED)
 
 
 def _rl(**fields):
@@ -91,20 +91,8 @@ def test_overlap_config_errors():
     components.rl_sections(c)
 
 
-def _config(tokenizer_path, **rl):
-  c = grpo_arithmetic.get_config("tiny")
-  c.tokenizer.path = tokenizer_path
-  c.tasks.update(domains=(DIGIT_DOMAIN,), difficulties=(1,), domain_options={}, heldout_size=0)
-  c.rl.update(max_prompt_len=24, max_new_tokens=6, batch_size=4, num_generations=4,
-              checkpoint_every=2, eval_every=0, num_steps=4)
-  c.rl.grpo.kl_coef = 0.05
-  c.rl.update(**rl)
-  c.optimizer.learning_rate = 3e-3
-  return c
-
-
 def _stable(rows):
-  return [{k: v for k, v in m.items() if not k.startswith(VOLATILE)} for m in rows]
+  return computed_rows(rows, VOLATILE)
 
 
 def _same_params(a, b):
@@ -115,14 +103,14 @@ def _same_params(a, b):
 @pytest.fixture(scope="module")
 def sync_run(tokenizer_path, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("sync"))
-  out = trainer.train(_config(tokenizer_path), workdir)
+  out = trainer.train(digit_config(tokenizer_path), workdir)
   return read_metrics(workdir), out["state"].params
 
 
 def test_with_a_checkpoint_every_step_nothing_overlaps_and_the_run_is_synchronous(
     tokenizer_path, tmp_path, sync_run):
   sync_rows, sync_params = sync_run
-  out = trainer.train(_config(tokenizer_path, overlap_update=True, checkpoint_every=1),
+  out = trainer.train(digit_config(tokenizer_path, overlap_update=True, checkpoint_every=1),
                       str(tmp_path))
   rows = read_metrics(str(tmp_path))
   assert _stable(rows) == _stable(sync_rows)
@@ -133,7 +121,7 @@ def test_with_a_checkpoint_every_step_nothing_overlaps_and_the_run_is_synchronou
 
 def test_overlap_trains_one_version_stale_and_resumes_exactly(tokenizer_path, tmp_path,
                                                              sync_run):
-  config = _config(tokenizer_path, overlap_update=True)
+  config = digit_config(tokenizer_path, overlap_update=True)
   straight = trainer.train(config, str(tmp_path / "straight"))
   a = read_metrics(str(tmp_path / "straight"))
   # checkpoint_every=2: batches 1 and 3 wait for the update (drained), 2 and 4 overlap it
@@ -158,7 +146,7 @@ def test_stale_batches_get_the_off_policy_correction_and_gap(tokenizer_path, tmp
   """With async rewards at staleness 1 the overlap adds one version (k = 2); TIS
   recomputes a stale batch's old log-probs with the params the update starts
   from, so its gap to the behaviour log-probs is the policy's drift, not rounding."""
-  trainer.train(_config(tokenizer_path, overlap_update=True, async_rewards=True,
+  trainer.train(digit_config(tokenizer_path, overlap_update=True, async_rewards=True,
                         async_staleness=1, checkpoint_every=100, tis_cap=2.0),
                 str(tmp_path))
   rows = read_metrics(str(tmp_path))
@@ -195,7 +183,7 @@ def test_rollout_t_plus_1_samples_the_params_from_before_update_t(tokenizer_path
   """The synchronous order is generate, await1, generate, await2, ... (each rollout
   waits for the update before it); overlapped, rollouts 2 and 3 come first."""
   events = _record_order(monkeypatch)
-  trainer.train(_config(tokenizer_path, overlap_update=True, num_steps=3,
+  trainer.train(digit_config(tokenizer_path, overlap_update=True, num_steps=3,
                         checkpoint_every=100), str(tmp_path))
   order = [e[0] if e[0] == "generate" else f"await{e[1]}" for e in events]
   assert order == ["generate", "generate", "await1", "generate", "await2", "await3"]

@@ -7,3 +7,9 @@ memory readings differ between runs that compute the same thing.
 """
 
 MEASURED = ("time/", "throughput/", "perf/", "progress/", "compile/", "host/")
+
+
+def computed_rows(rows: list[dict], extra: tuple = ()) -> list[dict]:
+  """Each metrics row without the machine's measurements (and keys starting with `extra`)."""
+  drop = MEASURED + tuple(extra)
+  return [{k: v for k, v in row.items() if not k.startswith(drop)} for row in rows]

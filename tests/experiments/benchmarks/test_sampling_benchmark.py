@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -78,23 +80,16 @@ def test_step_bound_on_hand_made_budgets(monkeypatch):
   assert bound["full_width_steps"] == 6 and abs(bound["ratio"] - 10 / 7) < 1e-12
 
 
-def test_an_unknown_workload_is_a_usage_error_naming_the_known_ones(tmp_path):
+@pytest.mark.parametrize("flag, message", [
+    ("--workloads=a,zz", "--workloads: unknown ['zz']; known: ['a', 'b', 'c', 'd']"),
+    ("--precisions=bfloat16,float16", "--precisions: each one of bfloat16, int8"),
+])
+def test_an_unknown_workload_or_precision_is_a_usage_error(tmp_path, flag, message):
   proc = subprocess.run(
       [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", "sampling.py"),
-       "--workloads=a,zz", f"--out={tmp_path / 's.json'}"],
+       flag, f"--out={tmp_path / 's.json'}"],
       capture_output=True, text=True, check=False, timeout=300,
       env=dict(os.environ, PYTHONPATH=ROOT))
   assert proc.returncode == 2, proc.stderr[-2000:]
-  assert "--workloads: unknown ['zz']; known: ['a', 'b', 'c', 'd']" in proc.stderr
-  assert not (tmp_path / "s.json").exists()
-
-
-def test_an_unknown_rollout_precision_is_a_usage_error(tmp_path):
-  proc = subprocess.run(
-      [sys.executable, os.path.join(ROOT, "experiments", "benchmarks", "sampling.py"),
-       "--precisions=bfloat16,float16", f"--out={tmp_path / 's.json'}"],
-      capture_output=True, text=True, check=False, timeout=300,
-      env=dict(os.environ, PYTHONPATH=ROOT))
-  assert proc.returncode == 2, proc.stderr[-2000:]
-  assert "--precisions: each one of bfloat16, int8" in proc.stderr
+  assert message in proc.stderr
   assert not (tmp_path / "s.json").exists()
