@@ -23,7 +23,7 @@ from rl_post.parallel import process_data, sharding
 from rl_post.rewards.scoring import RewardConfig
 from rl_post.rl import config as rl_config
 from rl_post.rl import critic as critic_lib
-from rl_post.rl import filtering, rollout_source
+from rl_post.rl import filtering, rollout_source, sampler_mesh
 from rl_post.rl.train_step import (batch_ndims, make_ref_logprobs, make_rl_train_step,
                                    make_value_fn)
 from rl_post.sampling import low_precision
@@ -87,8 +87,18 @@ class RLComponents:
     rl = self.rl
     source_cls = rollout_source.source_class(rl.rollout_source, sections["episodes"])
     self.run = run_sections(config)
+    trainer_devices, sampler_devices = None, None
+    if rl.sampler_devices:  # the sampler on the process's last devices (rl/sampler_mesh.py)
+      if not source_cls.runs_on_sampler_mesh:
+        raise ConfigError("rl.sampler_devices", rl.sampler_devices, f"needs a rollout source "
+                          f"that generates on the sampler mesh (single_turn); "
+                          f"{source_cls.__name__} does not: set it to 0")
+      sampler_mesh.check_single_process(rl.sampler_devices, self.run.distributed)
+      trainer_devices, sampler_devices = sampler_mesh.split_devices(
+          rl.sampler_devices, jax.devices(), self.run.mesh, jax.process_count())
     self.ctx = ctx = setup_run(config, workdir, sections=self.run,
-                               tokenizer=source_cls.tokenizer_for(self, config))
+                               tokenizer=source_cls.tokenizer_for(self, config),
+                               devices=trainer_devices)
     # what the step, sampler and evaluation compute in; params keep ctx.model_config's dtype
     self.model_config = precision.compute_config(ctx.model_config, rl.compute_dtype)
     divisor = ctx.batch_divisor()
@@ -103,6 +113,10 @@ class RLComponents:
     self.rollout_copy = low_precision.copy_fn(rl.rollout_precision)
     self.rollout_config = low_precision.sampler_config(self.model_config, rl.rollout_precision)
     self.eval_sampling = SamplingConfig(max_new_tokens=rl.max_new_tokens, greedy=True, **buckets)
+    # where generation runs: the trainer's mesh, or one of its own (rl.sampler_devices)
+    self.sampler_mesh = sampler_mesh.build(sampler_devices, ctx.mesh, ctx.rules,
+                                           ctx.model_config, self.run.mesh,
+                                           rl.rollouts_per_step)
     # where rollouts come from: single-turn, episodes, or a "module:Class" of the config's
     # (rl_post/rl/rollout_source.py); its own settings are checked here
     self.source = source_cls(self, config)

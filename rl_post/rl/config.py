@@ -134,6 +134,15 @@ class RLConfig:
       fits the batch's longest prompt); () = the sampler's powers of two.
       (max_prompt_len,) gives one compiled shape for every batch of a
       mixture whose prompt lengths vary (sql schemas next to short sums).
+    sampler_devices: n > 0 runs generation on a mesh of its own: the
+      process's last n devices (the trainer keeps the others), both meshes
+      laying out the `mesh` section (its -1 axis resolved against each
+      mesh's devices) with the one rules table; after each update the
+      policy params are handed over to the sampler mesh (a device_put with
+      its shardings), and with overlap_update the next rollout generates
+      there while the update runs (rl/sampler_mesh.py;
+      `overlap/handover_gib`, `overlap/handover_s`). 0 = one mesh for both.
+      One process and single-turn rounds only.
     rollout_source: where rollouts come from (`rl_post.rl.rollout_source`):
       "single_turn", "episodes", or "module:Class" of a `RolloutSource`
       subclass; "" = episodes when the `episodes` section is enabled, else
@@ -175,6 +184,7 @@ class RLConfig:
   mis_low: float = 0.0
   mis_high: float = 0.0
   rollout_source: str = ""
+  sampler_devices: int = 0
 
   def __post_init__(self):
     if not isinstance(self.lora, LoraConfig):
@@ -234,6 +244,9 @@ class RLConfig:
             f"({self.num_generations})", self.shared_prefix)
     check(isinstance(self.width_multiple, int) and self.width_multiple >= 0, "width_multiple",
           "must be an int >= 0 (0 = the rollout's full width)", self.width_multiple)
+    check(isinstance(self.sampler_devices, int) and not isinstance(self.sampler_devices, bool)
+          and self.sampler_devices >= 0, "sampler_devices",
+          "must be an int >= 0 (0 = one mesh for sampler and trainer)", self.sampler_devices)
     check(isinstance(self.rollout_source, str), "rollout_source",
           'must be a name or "module:Class"', self.rollout_source)
     check(self.process_credit in PROCESS_CREDIT, "process_credit",

@@ -23,14 +23,15 @@ params the sampler reads before that (only the leaves the state owns: with
 LoRA the merged params are already a copy) and waits for the copy, so the
 donation cannot touch it. That copy, one set of policy params, is the
 memory the overlap costs (`overlap/sampler_params_gib`), held from the
-update's dispatch until the rollouts it samples are launched. The copy is
-placed with the sampler's shardings: today those of the params themselves
-(one mesh); a sampler on devices of its own would pass its shardings to
-`SamplerSlot` and the copy becomes the weight hand-over between the meshes.
-On one device the runtime runs programs in dispatch order, so there the
-generation's programs queue behind the update and the overlap hides the
-host's work (prompts, the rollout's host copy, reward submission and wait,
-bookkeeping); generation beside the update needs that separate sampler.
+update's dispatch until the rollouts it samples are launched. On one mesh
+the copy keeps the params' own shardings, and since a device runs programs
+in dispatch order the generation's programs queue behind the update there:
+the overlap hides the host's work (prompts, the rollout's host copy, reward
+submission and wait, bookkeeping). With `rl.sampler_devices` the sampler has
+a mesh of its own (rl/sampler_mesh.py): `SamplerSlot` is handed that mesh's
+`hand_over`, the copy is the weight hand-over between the meshes (a
+`jax.device_put` with the sampler's shardings, on the sampler's devices), and
+rollout t + 1 generates there while update t runs on the trainer's devices.
 
 What is exact: an iteration right after a periodic checkpoint
 (`checkpoint_every`) is not overlapped (`overlaps`): its rollout waits for
@@ -47,7 +48,7 @@ the importance weight against the behaviour log-probs the sampler recorded
 """
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 
@@ -110,11 +111,12 @@ class Held:
 
 class SamplerSlot:
   """The sampler's copy of the policy between an update's dispatch and the
-  launches it overlaps (module docstring); `shardings`: where the sampler reads
-  its params (None: where the trainer keeps them)."""
+  launches it overlaps (module docstring); `hand_over_fn(params, donated)` makes
+  it (default `hand_over`, on the trainer's devices; a sampler mesh's
+  `rl.sampler_mesh.SamplerMesh.hand_over` moves it to the sampler's)."""
 
-  def __init__(self, shardings=None):
-    self.shardings = shardings
+  def __init__(self, hand_over_fn: Optional[Callable] = None):
+    self._hand_over = hand_over_fn or hand_over
     self._held: Optional[Held] = None
 
   def before_update(self, c, state, it: int) -> dict:
@@ -123,7 +125,7 @@ class SamplerSlot:
     self._held = None
     if not overlaps(it + 1, c.rl):
       return {"overlap/sampler_params_gib": 0.0}
-    params = hand_over(c.policy_params(state), state, self.shardings)
+    params = self._hand_over(c.policy_params(state), state)
     self._held = Held(params, it)
     return {"overlap/sampler_params_gib": tree_nbytes(params) / GIB}
 

@@ -83,8 +83,13 @@ class RolloutSource:
   Attributes:
     shapes: the update shapes its rounds can reach (`rl.shape_buckets.plan`),
       logged at start-up; None when the source does not bound them.
+    runs_on_sampler_mesh: True when `launch` generates on `components.sampler_mesh`
+      (`rl_post.rl.sampler_mesh`: `place` the params, generate inside `running()`,
+      return the device arrays of a `Round` through `back`); a run with
+      `rl.sampler_devices` > 0 refuses a source without it.
   """
   shapes = None
+  runs_on_sampler_mesh = False
 
   @classmethod
   def tokenizer_for(cls, components, config) -> Optional[Any]:

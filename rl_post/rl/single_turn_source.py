@@ -3,7 +3,8 @@
 One round (N = B tasks x G generations):
   mixture.sample(it, B, round=rnd)   -> B tasks, each repeated G times
   encode_prompts                     -> prompts_NxP, lengths (each process its rows)
-  sampler.generate(params, key)      -> tokens/logp/mask [N, T]        (jitted, sharded)
+  sampler.generate(params, key)      -> tokens/logp/mask [N, T]        (jitted, sharded;
+                                        on the sampler's mesh with rl.sampler_devices)
   reward pool (worker processes)     -> rewards [N], scored while the reference
                                         log-probs are dispatched
 `observe` feeds every scored row to the mixture's curriculum; `evaluate`
@@ -23,7 +24,9 @@ from rl_post.sampling.sampler import generate
 
 
 class SingleTurnSource(RolloutSource):
-  """B mixture tasks x G sampled completions per round, scored by the reward pool."""
+  """B mixture tasks x G sampled completions per round, scored by the reward pool;
+  generated on the sampler's mesh when the run has one (`rl.sampler_devices`)."""
+  runs_on_sampler_mesh = True
 
   def __init__(self, components, config):
     del config  # every setting it reads is in the parsed components
@@ -41,28 +44,33 @@ class SingleTurnSource(RolloutSource):
 
   def launch(self, params, ref_params, *, it: int, rnd: int, key, timer) -> Round:
     c = self.c
-    rl, tok = c.rl, c.ctx.tokenizer
+    rl, tok, sampler = c.rl, c.ctx.tokenizer, c.sampler_mesh
     with timer("rollout"):
       tasks = c.mixture.sample(it, rl.batch_size, round=rnd)
       tasks_N = [t for t in tasks for _ in range(rl.num_generations)]
       prompts, lens = c.build_rows(  # multi-host: each process encodes only its rows
           lambda ts: batching.encode_prompts(tok, ts, rl.max_prompt_len), tasks_N)
-      # rl.rollout_precision: the sampler may read a low-precision copy of the masters
-      rollout = generate(c.rollout_copy(params), prompts, lens, key,
-                         model_config=c.rollout_config, config=c.sampling,
-                         eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
+      # rl.sampler_devices: generation on the sampler's mesh, the params handed over
+      params = sampler.place(params)
+      with sampler.running():
+        # rl.rollout_precision: the sampler may read a low-precision copy of the masters
+        rollout = generate(c.rollout_copy(params), prompts, lens, sampler.key(key),
+                           model_config=c.rollout_config, config=c.sampling,
+                           eos_id=tok.eos_id, pad_id=tok.pad_id, group_size=rl.num_generations)
       host = process_data.fetch(rollout)
     with timer("reward"):
       pending = self.pool.submit(tasks_N, batching.decode_responses(tok, host.tokens_BxT,
                                                                     host.mask_BxT))
       ref_fn = c.ref_fn_for(shared_prefix_len(rl, host.tokens_BxT))
-      ref_logp = None if ref_params is None else ref_fn(ref_params, rollout.tokens_BxT,
-                                                         rollout.loss_mask_BxT)
-      # the masters' own log-probs of the sampled tokens (rl_post/rl/off_policy.py)
-      trainer_logp = (ref_fn(params, rollout.tokens_BxT, rollout.loss_mask_BxT)
-                      if rl.recomputes_logp else None)
+      tokens, loss_mask = sampler.back((rollout.tokens_BxT, rollout.loss_mask_BxT))
+      ref_logp = None if ref_params is None else ref_fn(ref_params, tokens, loss_mask)
+      trainer_logp = None
+      if rl.recomputes_logp:  # the masters' log-probs of the sampled tokens (rl/off_policy.py)
+        with sampler.running():
+          trainer_logp = ref_fn(params, rollout.tokens_BxT, rollout.loss_mask_BxT)
+        trainer_logp = sampler.back(trainer_logp)
     return Round(tasks_N=tasks_N, host=host, pending=pending, ref_logp=ref_logp,
-                 tokens=rollout.tokens_BxT, trainer_logp=trainer_logp)
+                 tokens=tokens, trainer_logp=trainer_logp)
 
   def observe(self, scored: dict) -> dict:
     """Feeds every scored row to the curriculum; per-domain/difficulty stats."""

@@ -171,8 +171,9 @@ def _collect(run: Run, loop: LoopState):
     return filtering.collect(
         lambda rnd: _rollout_round(c, loop.state, run.ref_params, run.timer, it, rnd),
         lambda r: r["rewards"].rewards_N, rl.batch_size, rl.num_generations, c.filtering), start
-  # batches up to it + staleness launched with the sampler's policy (async_rewards.py)
-  params = held.params if held else c.policy_params(loop.state)
+  # batches up to it + staleness launched with the sampler's policy (async_rewards.py),
+  # on its mesh (rl.sampler_devices: handed over once for all of them)
+  params = c.sampler_mesh.place(held.params if held else c.policy_params(loop.state))
   ref_params = c.reference_params(loop.state, run.ref_params)
   entry, filter_metrics = run.pipeline.next(
       it, lambda j: _launch_round(c, params, ref_params, run.timer, j, 0),
@@ -221,7 +222,7 @@ def _dispatch(run: Run, loop: LoopState, picked, scored, filter_metrics,
     if not rl.metrics_one_step_late:  # the update's device time counts as time/train_s
       jax.block_until_ready(device)
   metrics = _rollout_metrics(tasks_N, rewards, host, rl)
-  metrics.update(rollout_rss, **handover)
+  metrics.update(rollout_rss, **handover, **c.sampler_mesh.metrics())
   if not rl.metrics_one_step_late:
     metrics.update(host_rss.metrics("update_"))
   if picked.get("trainer_logp") is not None:  # the sampler/trainer log-prob gap
@@ -379,7 +380,8 @@ def train(config, workdir: str) -> dict:
       pipeline=(async_rewards.RolloutPipeline(overlap_update.pipeline_staleness(rl),
                                               rl.num_steps, rl.checkpoint_every)
                 if rl.async_rewards or rl.overlap_update else None),
-      sampler=overlap_update.SamplerSlot() if rl.overlap_update else None,
+      sampler=(overlap_update.SamplerSlot(c.sampler_mesh.hand_over) if rl.overlap_update
+               else None),
       compile_clock=compile_clock, preempt=SigtermFlag().__enter__(),
       initial_host=initial_host, fingerprint=tokenizer_fingerprint.of(ctx.tokenizer),
       # on XLA:CPU the device's buffers are host memory (rl_post.training.host_memory)

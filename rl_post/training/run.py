@@ -328,7 +328,7 @@ def _tokenizer(section, tokenizer=None) -> Tokenizer:
 
 
 def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None, *,
-              sections: RunSections | None = None) -> RunContext:
+              sections: RunSections | None = None, devices=None) -> RunContext:
   """Sets up the run from its parsed run-wide `sections` (`run_sections(config)` when
   None: an entry point that parsed them passes them); `config` itself is only kept
   for writing. The trainer writes workdir/config.json
@@ -337,6 +337,8 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None, *
 
   `tokenizer`: use this one instead of loading `tokenizer.path` (e.g. the
   call-vocabulary tokenizer of `episodes.tokenizer="call_vocab"`).
+  `devices`: the devices the run's mesh spans (default: every device; an RL
+  run with `rl.sampler_devices` keeps the last ones for its sampler's mesh).
 
   Starts multi-host JAX first when `config.distributed` asks for it; then
   the mesh spans every process's devices and only process 0 writes files.
@@ -349,7 +351,7 @@ def setup_run(config: ml_collections.ConfigDict, workdir: str, tokenizer=None, *
   ensure_workdir(workdir)
   check_run_layout(workdir)
   rules = run.sharding_rules
-  mesh = mesh_lib.make_mesh(dict(run.mesh))
+  mesh = mesh_lib.make_mesh(dict(run.mesh), devices)
   sharding.validate_rules(rules, mesh.axis_names)
   jax.set_mesh(mesh)  # the run's mesh in context: model activations follow `rules` too
   sharding.set_activation_rules(rules)

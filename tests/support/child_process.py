@@ -34,3 +34,18 @@ def json_report(script: str, *args: str, devices: int = 8, timeout: int = 600) -
                        text=True, timeout=timeout)
   assert out.returncode == 0, out.stderr[-3000:]
   return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def json_reports(runs, timeout: int = 600) -> list[dict]:
+  """`json_report` for several (script, args, devices) at once, each in its own
+  process started before any is awaited; their reports in the same order."""
+  procs = []
+  for script, args, devices in runs:
+    env = dict(os.environ, XLA_FLAGS=xla_flags(devices),
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs.append(subprocess.Popen([sys.executable, script, *args], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+  outs = [p.communicate(timeout=timeout) for p in procs]
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
