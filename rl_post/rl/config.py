@@ -142,7 +142,7 @@ class RLConfig:
       its shardings), and with overlap_update the next rollout generates
       there while the update runs (rl/sampler_mesh.py;
       `overlap/handover_gib`, `overlap/handover_s`). 0 = one mesh for both.
-      One process and single-turn rounds only.
+      One process, mesh.context = 1 and single-turn rounds only.
     rollout_source: where rollouts come from (`rl_post.rl.rollout_source`):
       "single_turn", "episodes", or "module:Class" of a `RolloutSource`
       subclass; "" = episodes when the `episodes` section is enabled, else

@@ -27,10 +27,11 @@ the policy's full params (with LoRA the merged ones; with `rl.rollout_precision`
 the float masters, whose low-precision copy is made on the sampler mesh).
 Held-out evaluation stays on the trainer mesh.
 
-Limits: one process (a multi-host run keeps one mesh), and rollout sources that
-generate on the sampler mesh (`RolloutSource.runs_on_sampler_mesh`: single-turn
-rounds; episodes are refused). With `rl.sampler_devices = 0` nothing here moves
-or changes anything: `place` and `back` return their input.
+Limits: one process (a multi-host run keeps one mesh), no context parallelism
+(`mesh.context` = 1), and rollout sources that generate on the sampler mesh
+(`RolloutSource.runs_on_sampler_mesh`: single-turn rounds; episodes are
+refused). With `rl.sampler_devices = 0` nothing here moves or changes
+anything: `place` and `back` return their input.
 """
 
 import contextlib
@@ -69,7 +70,8 @@ def split_devices(num_sampler_devices: int, devices: Sequence, mesh_axes,
 
   Raises:
     ConfigError: naming rl.sampler_devices when it leaves no trainer device, a
-      mesh cannot lay out the section, or the process is one of several.
+      mesh cannot lay out the section, the section splits sequences (context
+      parallelism), or the process is one of several.
   """
   n, total = num_sampler_devices, len(devices)
   if process_count > 1:
@@ -78,6 +80,10 @@ def split_devices(num_sampler_devices: int, devices: Sequence, mesh_axes,
   if not 0 < n < total:
     raise ConfigError(FIELD, n, f"must leave the trainer devices: 0 < n < {total} (the "
                       "process's devices), or 0 for one mesh")
+  if int(mesh_axes.get("context", 1)) != 1:
+    raise ConfigError(FIELD, n, "does not combine with context parallelism (mesh.context "
+                      f"= {mesh_axes.get('context')}): the ring attention of the trainer's "
+                      "log-prob programs spans the trainer mesh only; set mesh.context=1")
   trainer, sampler = list(devices[:total - n]), list(devices[total - n:])
   for name, devs in (("trainer", trainer), ("sampler", sampler)):
     try:
@@ -115,6 +121,8 @@ class SamplerMesh:
       return overlap_update.hand_over(params, donated)
     moving = [x for x, s in zip(jax.tree.leaves(params), jax.tree.leaves(self.param_shardings))
               if x.sharding != s]
+    if not moving:  # the sampler's already (the overlap's copy): the trainer owns none of it
+      return params
     start = time.perf_counter()
     placed = overlap_update.hand_over(params, donated, self.param_shardings)
     self._seconds += time.perf_counter() - start

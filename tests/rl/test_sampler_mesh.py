@@ -37,6 +37,8 @@ def test_the_sampler_takes_the_last_devices():
                                r".* cannot lay out \(has 8 devices but 4 are available\)"),
     (9, 1, dict(DATA, tensor=2), r"leaves the sampler mesh 1 devices, which the mesh section "
                                  r".* cannot lay out \(its axes do not divide the 1 devices\)"),
+    (8, 4, dict(DATA, context=2), r"does not combine with context parallelism \(mesh.context "
+                                  r"= 2\)"),
 ])
 def test_bad_splits_name_the_field(devices, n, mesh, message):
   with pytest.raises(ConfigError, match=message) as info:
