@@ -21,7 +21,6 @@ from run_metrics import computed_rows
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEVICES = [f"d{i}" for i in range(8)]  # split_devices only slices and counts them
 DATA = dict(data=-1, fsdp=1, tensor=1, context=1)
-TOL = 1e-5  # f32 rounding, as tests/parallel/test_multihost_rl.py allows
 
 
 def test_the_sampler_takes_the_last_devices():
@@ -117,34 +116,13 @@ def one_mesh(reports):
   return reports[1]
 
 
-def _assert_close(a, b, what: str, atol: float = TOL) -> None:
-  """Runs' metrics rows (or params) equal to f32 rounding; prints the largest gap."""
-  if isinstance(a, list):
-    a, b = _stable(a), _stable(b)
-    assert [sorted(r) for r in a] == [sorted(r) for r in b]
-    pairs = [(f"step {ra['step']} {k}", ra[k], rb[k]) for ra, rb in zip(a, b) for k in ra]
-  else:
-    assert a.keys() == b.keys()
-    pairs = [(k, a[k], b[k]) for k in a]
-  gap = 0.0
-  for name, x, y in pairs:
-    if isinstance(x, str) or isinstance(y, str):
-      assert x == y, name
-      continue
-    np.testing.assert_allclose(x, y, rtol=0, atol=atol, err_msg=f"{what}: {name}")
-    gap = max(gap, float(np.max(np.abs(np.subtract(x, y), dtype=np.float64), initial=0.0)))
-  print(f"{what}: largest gap {gap:.3g}")
-
-
 @pytest.mark.parametrize("run", ["sync", "overlap"])
 def test_the_split_equals_one_mesh_of_as_many_devices(split, one_mesh, run):
   """Trainer and sampler each run data=4 on 4 devices, as the one mesh does: the
-  same programs on other devices. Split, the rollout's tokens are put on the
-  trainer's batch sharding before the reference forward (on one mesh they keep
-  the generation's output layout), so the numbers agree to f32 rounding."""
+  same programs on other devices, so the same numbers, bit for bit."""
   assert (split["devices"], one_mesh["devices"]) == (8, 4)
-  _assert_close(split[run]["rows"], one_mesh[run]["rows"], f"{run} metrics")
-  _assert_close(split[run]["params"], one_mesh[run]["params"], f"{run} params")
+  np.testing.assert_equal(_stable(split[run]["rows"]), _stable(one_mesh[run]["rows"]))
+  np.testing.assert_equal(split[run]["params"], one_mesh[run]["params"])
 
 
 def test_the_split_hands_the_params_over_at_each_rollout(split):
@@ -174,8 +152,8 @@ def test_lora_a_bf16_sampler_and_async_rewards_run_on_the_split(split, one_mesh)
   rows, ref = split["variants"]["rows"], one_mesh["variants"]["rows"]
   assert max(m["async/staleness"] for m in rows) == 2  # async (1) + the overlap (1)
   assert rows[0]["overlap/handover_gib"] > 0 and all(np.isfinite(m["loss"]) for m in rows)
-  _assert_close(rows, ref, "variants metrics")
-  _assert_close(split["variants"]["params"], one_mesh["variants"]["params"], "variants params")
+  np.testing.assert_equal(_stable(rows), _stable(ref))
+  np.testing.assert_equal(split["variants"]["params"], one_mesh["variants"]["params"])
 
 
 @pytest.mark.parametrize("case,message", [
