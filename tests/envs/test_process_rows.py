@@ -11,6 +11,7 @@ import pickle
 import threading
 import types
 
+import jax
 import numpy as np
 import pytest
 
@@ -152,3 +153,17 @@ def test_step_rows_needs_a_turn_per_active_row(sandbox):
   envs = [make_env("data_questions", limits=LIMITS) for _ in range(2)]
   with pytest.raises(ValueError, match="2 active rows but 1 turns"):
     process_rows.step_rows(envs, [0, 1], ["x"], sandbox, EpisodeMetrics())
+
+
+def test_one_process_tools_say_so_on_several(monkeypatch):
+  from rl_post.envs.episodes import EpisodeConfig, run_episodes
+  from rl_post.envs.overlap import run_overlapped
+  from rl_post.sampling.sampler import SamplingConfig
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  envs, tasks = [make_env("data_questions", limits=LIMITS)], _tasks()[:1]
+  with pytest.raises(ValueError, match="checkpoint_path .* runs on one process; this run has 2"):
+    run_episodes(None, envs, tasks, tokenizer=None, model_config=None,
+                 sampling=SamplingConfig(max_new_tokens=32), sandbox=None, rng=0,
+                 config=EpisodeConfig(turn_tokens=16), checkpoint_path="/nonexistent/x")
+  with pytest.raises(ValueError, match="run_overlapped runs on one process"):
+    run_overlapped(None, envs, tasks, seeds_B=[0], tokenizer=None)

@@ -110,7 +110,8 @@ def test_episodes_section_errors_and_defaults(tmp_path):
       trainer_rounds.load(dict(enabled=True, **bad))
   c = grpo_episodes.get_config("tiny")
   c.rl.async_rewards = True
-  with pytest.raises(ConfigError, match=r"^rl.async_rewards=True: .* verification .* 0.3%"):
+  with pytest.raises(ConfigError,
+                     match=r"^rl.async_rewards=True: .* final verification .*\(0.3%\)"):
     trainer.train(c, str(tmp_path))
   c = grpo_episodes.get_config("tiny")
   c.rl.overlap_update = True

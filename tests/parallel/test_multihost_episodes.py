@@ -1,8 +1,8 @@
 """Tool-use episodes as 2 processes x 1 CPU device equal 1 process x 2.
 
 Runs experiments/train_rl.py (tests/parallel/multihost_episodes_config.py:
-GRPO over `data_questions` episodes, fsdp=2, held-out evaluation after the
-last step) as one 2-device process and as two 1-device processes joined
+GRPO over `data_questions` and `fs_chores` episodes, fsdp=2, held-out
+evaluation after the last step) as one 2-device process and as two 1-device processes joined
 through a localhost coordinator. Each of the two runs the tools and the
 verification of its own rows on its own sandbox (rl_post/envs/process_rows.py);
 the step results are gathered, so the update must see the batch the
@@ -84,10 +84,10 @@ def test_two_process_episodes_match_one_process(tmp_path):
 
   got, want = _metrics(tmp_path / "two"), _metrics(tmp_path / "one")
   assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+  assert max(want[step]["grad_norm"] for step in want) > 0  # some step had rewards to learn
   for step in want:
     # every episode of the step, both processes' rows, in the episode metrics
-    assert want[step]["episodes/episodes"] == 4 and want[step]["episodes/tool_calls"] > 0
-    assert want[step]["grad_norm"] > 0
+    assert want[step]["episodes/episodes"] == 8 and want[step]["episodes/tool_calls"] > 0
     assert sorted(got[step]) == sorted(want[step])
     for k, v in want[step].items():
       np.testing.assert_allclose(got[step][k], v, atol=TOL, rtol=TOL, err_msg=f"{step} {k}")
