@@ -138,7 +138,8 @@ def test_two_hosts_step_their_own_rows_and_share_every_result(sandbox, monkeypat
 def test_concurrent_metrics_add_counts_and_keep_the_longest_seconds():
   a, b = EpisodeMetrics(), EpisodeMetrics()
   a.calls["sql"], a.successes["sql"], a.tool_seconds, a.generation_seconds = 3, 2, 1.0, 5.0
-  b.calls["sql"], b.errors[("sql", "timeout")], b.tool_seconds, b.generation_seconds = 1, 1, 2.0, 4.0
+  b.calls["sql"], b.errors[("sql", "timeout")] = 1, 1
+  b.tool_seconds, b.generation_seconds = 2.0, 4.0
   a.record_episode(3, 4, 1.0, 10)
   b.record_episode(1, 2, 0.0, 20)
   both = EpisodeMetrics.concurrent([a, b])
