@@ -20,6 +20,13 @@ turn's budget is `turn_tokens` cut to what is left of it (`turn_budgets`).
 
 Tools run while no row generates (the engine decodes a batch in lockstep),
 so time is split between generation and tools; the metrics record both.
+
+On several processes every process runs this loop over the whole batch
+(generation is one SPMD program over the global mesh) and each runs the
+tools and the final verification of its own rows only, on its own sandbox
+(`rl_post.envs.process_rows`): the step results and the scores are
+all-gathered, so every process gets the same result, envs' counts and
+metrics.
 """
 
 import dataclasses
@@ -28,10 +35,12 @@ import time
 from typing import Callable, Optional, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from rl_post.envs import driver, protocol, resume
+from rl_post.envs import process_rows, protocol, resume
 from rl_post.envs.metrics import EpisodeMetrics
+from rl_post.parallel import process_data
 from rl_post.sampling.sampler import Rollout, SamplingConfig, extend, generate
 
 
@@ -96,7 +105,8 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
   off). For pretrained models pass
   `rl_post.envs.chat.chat_encoders(tokenizer)`. checkpoint_path: save the
   batch before every resume of generation and, when the file exists,
-  continue from it (`rl_post.envs.resume`).
+  continue from it (`rl_post.envs.resume`; one process only). `metrics`
+  receives this batch's counts, every process's rows (`process_rows`).
   """
   if len(envs) != len(tasks) or not envs:
     raise ValueError(f"need one env per task, got {len(envs)} envs and {len(tasks)} tasks")
@@ -105,7 +115,11 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
                      f"{sampling.max_new_tokens} (the episode's total budget)")
   if rng is None and seeds_B is None:
     raise ValueError("pass rng or seeds_B")
+  if checkpoint_path and jax.process_count() > 1:
+    raise ValueError("checkpoint_path (an episode batch's resume file) runs on one process; "
+                     f"this run has {jax.process_count()}")
   metrics = metrics if metrics is not None else EpisodeMetrics()
+  mine = EpisodeMetrics()  # this batch, this process's rows (all rows on one process)
   encode_prompt = encode_prompt or tokenizer.encode
   encode_observation = encode_observation or protocol.text_encoder(tokenizer)
   sampling = with_call_stop(sampling)
@@ -121,8 +135,9 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
   if snap is None:
     prompts, lens = _prompt_batch([encode_prompt(env.reset(task)) for env, task in
                                    zip(envs, tasks)], tokenizer.pad_id)
-    rollout, state = generate(params, prompts, lens, rng, seeds_B=seeds_B, return_state=True,
-                              **common)
+    # device arrays, the same on every process (a numpy batch reads as this process's block)
+    rollout, state = generate(params, jnp.asarray(prompts), jnp.asarray(lens),
+                              rng, seeds_B=seeds_B, return_state=True, **common)
     turn_start = lens.copy()
     calls, exhausted = np.zeros(batch, np.int32), np.zeros(batch, bool)
     active = list(range(batch))
@@ -130,7 +145,7 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
     prompts, lens = snap["prompts"], snap["lens"]
     for env, saved in zip(envs, snap["envs"]):
       env.__dict__.update(saved.__dict__)
-    metrics.__dict__.update(snap["metrics"].__dict__)
+    mine.__dict__.update(snap["metrics"].__dict__)
     turn_start, calls, exhausted = snap["turn_start"], snap["calls"], snap["exhausted"]
     active = snap["pending"]
     rollout, state = resume.rebuild(params, snap, model_config=model_config, sampling=sampling,
@@ -140,11 +155,11 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
                                         config.turn_tokens, sampling.max_new_tokens),
                                     detokenize=tokenizer.decode)
   while active:
-    tokens, lengths = jax.device_get((state.tokens_BxT, state.lengths_B))
-    metrics.generation_seconds += time.perf_counter() - start
+    tokens, lengths = process_data.fetch((state.tokens_BxT, state.lengths_B))
+    mine.generation_seconds += time.perf_counter() - start
     texts = [tokenizer.decode([int(t) for t in tokens[b, turn_start[b]:lengths[b]]])
              for b in active]
-    outs = driver.step_many([envs[b] for b in active], texts, sandbox, metrics)
+    outs = process_rows.step_rows(envs, active, texts, sandbox, mine)
     rows, appended = [], []
     capacity = tokens.shape[1]
     for b, (observation, done, info) in zip(active, outs):
@@ -166,7 +181,7 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
       turn_start[b] = lengths[b] + len(ids)
     if checkpoint_path:
       resume.save(checkpoint_path, resume.snapshot_of(
-          state, prompts, lens, rows, appended, envs, turn_start, calls, exhausted, metrics,
+          state, prompts, lens, rows, appended, envs, turn_start, calls, exhausted, mine,
           task_ids))
     start = time.perf_counter()
     after = lengths + np.bincount(rows, [len(ids) for ids in appended], batch).astype(np.int32)
@@ -176,11 +191,12 @@ def run_episodes(params, envs: Sequence, tasks: Sequence, *, tokenizer, model_co
   if checkpoint_path and os.path.exists(checkpoint_path):
     os.remove(checkpoint_path)  # the batch is complete; a rerun starts afresh
   start = time.perf_counter()
-  rewards = np.asarray(driver.final_rewards(envs, sandbox, metrics), np.float32)
-  metrics.verify_seconds += time.perf_counter() - start
-  rollout = jax.device_get(rollout)
+  rewards = np.asarray(process_rows.finish_rows(envs, sandbox, mine), np.float32)
+  mine.verify_seconds += time.perf_counter() - start
+  rollout = process_data.fetch(rollout)
   turns = np.array([env.turns for env in envs], np.int32)
-  for b in range(batch):
-    metrics.record_episode(int(calls[b]), int(turns[b]), float(rewards[b]),
-                           int(rollout.response_lens_B[b]))
+  for b in process_rows.owned(batch):
+    mine.record_episode(int(calls[b]), int(turns[b]), float(rewards[b]),
+                        int(rollout.response_lens_B[b]))
+  metrics.merge(process_rows.across_processes(mine))
   return EpisodeResult(rollout, rewards, turns, calls, exhausted, metrics)

@@ -47,6 +47,17 @@ class EpisodeMetrics:
     for name in ("tool_seconds", "generation_seconds", "verify_seconds"):
       setattr(self, name, getattr(self, name) + getattr(other, name))
 
+  @classmethod
+  def concurrent(cls, parts: list) -> "EpisodeMetrics":
+    """The metrics of batches that ran at the same time (one per process): counts
+    and per-episode lists add up (in the order given), seconds are the longest part's."""
+    out = cls()
+    for part in parts:
+      out.merge(part)
+    for name in ("tool_seconds", "generation_seconds", "verify_seconds"):
+      setattr(out, name, max((getattr(p, name) for p in parts), default=0.0))
+    return out
+
   def summary(self) -> dict:
     total = sum(self.calls.values())
     out = {

@@ -43,6 +43,9 @@ def run_overlapped(params, envs, tasks, *, seeds_B, num_groups: int = 2, tokeniz
 
   `metrics` (optional) receives the merged counts of all groups.
   """
+  if jax.process_count() > 1:  # each group's collectives would interleave across processes
+    raise ValueError("run_overlapped runs on one process; on several, run_episodes splits the "
+                     "rows over processes (rl_post.envs.process_rows)")
   if num_groups < 1 or num_groups > len(envs):
     raise ValueError(f"num_groups must be in [1, {len(envs)}], got {num_groups}")
   seeds_B = np.asarray(seeds_B)

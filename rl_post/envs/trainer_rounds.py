@@ -20,8 +20,9 @@ iteration, round) so a resumed run repeats them, never one of the held-out
 set of `episodes.heldout_size` (`rl_post.envs.heldout`), which the
 trainer's evaluation runs (`rl_post.eval.episodes`); `episodes.tools` adds
 tools (name or "module:Class") to every domain's own. The sampling key is
-the trainer's. The tool sandbox is started on the first round and closed
-with the trainer.
+the trainer's. The tool sandbox (one per process: each runs its own rows'
+tools, `rl_post.envs.process_rows`) is started on the first round and
+closed with the trainer.
 
 The episode reward is the verifier's score on the end state plus
 `call_success_weight` x the call-success fraction, a shaping term that
@@ -61,6 +62,14 @@ from rl_post.sandbox import Sandbox, SandboxConfig
 from rl_post.tasks.base import Verdict
 
 
+# measured by experiments/benchmarks/episodes.py (results/episodes.json; docs/envs.md)
+ASYNC_REWARDS_REFUSED = (
+    "overlaps a round's scoring with the next round's generation, but an episode round's "
+    "scoring is its final verification (tool calls run between its turns): 0.15 s of a "
+    "45.2 s batch of model episodes (0.3%) in experiments/benchmarks/episodes.py, so there "
+    "is nothing to overlap: set it to False with episodes.enabled (docs/envs.md)")
+
+
 def rounds_for(section: Optional[EpisodesConfig], *, tasks_heldout_size: int, seed: int, rl,
                tokenizer, sampling) -> Optional["EpisodeRounds"]:
   """The run's episode rounds for its parsed `episodes` section (`load`), or None when
@@ -71,7 +80,8 @@ def rounds_for(section: Optional[EpisodesConfig], *, tasks_heldout_size: int, se
     seed: the run's seed; rl: its `RLConfig`.
   Raises:
     ConfigError: a single-turn held-out set (`tasks.heldout_size` > 0) beside
-      episodes: an episodes run evaluates `episodes.heldout_size` episode tasks.
+      episodes: an episodes run evaluates `episodes.heldout_size` episode tasks;
+      `rl.async_rewards` (`ASYNC_REWARDS_REFUSED`).
   """
   if section is None:
     return None
@@ -80,8 +90,7 @@ def rounds_for(section: Optional[EpisodesConfig], *, tasks_heldout_size: int, se
                       "set; an episodes run evaluates held-out episode tasks: set it to 0 and "
                       "use episodes.heldout_size")
   if rl.async_rewards:
-    raise ValueError("episodes.enabled needs rl.async_rewards=False: an episode round scores "
-                     "its episodes itself (the verifier runs at each episode's end)")
+    raise ConfigError("rl.async_rewards", True, ASYNC_REWARDS_REFUSED)
   if rl.overlap_update:
     raise ValueError("episodes.enabled needs rl.overlap_update=False: overlapped rollouts run "
                      "single-turn rounds (an episode round drives its tool sandbox and "

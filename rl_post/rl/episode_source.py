@@ -8,9 +8,11 @@ tasks x G episodes from the multi-step domains, scored at each episode's end,
 the tool sandbox held for the run); the held-out evaluation is
 `rl_post.eval.episodes`. This module adapts them to `RolloutSource` and
 refuses the trainer settings that assume one prompt and one response per row.
+On several processes every process drives every episode through the sampler
+and runs the tools and verification of its own rows on its own sandbox
+(`rl_post.envs.process_rows`); rollouts, rewards and metrics are the whole
+batch's on every process.
 """
-
-import jax
 
 from rl_post.envs import trainer_rounds
 from rl_post.errors import ConfigError
@@ -47,9 +49,6 @@ class EpisodeSource(RolloutSource):
       raise ConfigError("rl.rollout_precision", rl.rollout_precision, "low-precision rollouts "
                         "and their correction (rl.tis_cap, rl.mis_high) run in single-turn "
                         "rounds, not episodes: keep float32 and 0")
-    if jax.process_count() > 1:
-      raise ConfigError("episodes.enabled", True, "runs on one process; multi-host RL runs "
-                        "single-turn rounds (docs/scale.md)")
 
   def launch(self, params, ref_params, *, it: int, rnd: int, key, timer) -> Round:
     return self.rounds.launch(self.c, params, ref_params, timer, it, rnd, key)

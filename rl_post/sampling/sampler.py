@@ -206,7 +206,7 @@ def extend(params, state: engine.DecodeState, rows: Sequence[int],
   counts, resume = np.zeros(batch, np.int32), np.zeros(batch, bool)
   for r, toks in zip(rows, tokens):
     tokens_BxC[r, :len(toks)], counts[r], resume[r] = toks, len(toks), True
-  lengths = np.asarray(jax.device_get(state.lengths_B))
+  lengths = np.asarray(process_data.fetch(state.lengths_B))
   over = np.nonzero(lengths + counts + resume > capacity)[0]
   if over.size:
     raise ValueError(f"rows {over.tolist()} would exceed the cache capacity {capacity} "

@@ -11,6 +11,7 @@ from configs import grpo_episodes
 from rl_post.envs import driver, protocol, trainer_rounds
 from rl_post.envs.domains import DOMAINS, make_env
 from rl_post.envs.tools import ToolLimits
+from rl_post.errors import ConfigError
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
 
@@ -109,7 +110,8 @@ def test_episodes_section_errors_and_defaults(tmp_path):
       trainer_rounds.load(dict(enabled=True, **bad))
   c = grpo_episodes.get_config("tiny")
   c.rl.async_rewards = True
-  with pytest.raises(ValueError, match="async_rewards"):
+  with pytest.raises(ConfigError,
+                     match=r"^rl.async_rewards=True: .* final verification .*\(0.3%\)"):
     trainer.train(c, str(tmp_path))
   c = grpo_episodes.get_config("tiny")
   c.rl.overlap_update = True
