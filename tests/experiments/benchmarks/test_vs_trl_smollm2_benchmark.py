@@ -24,7 +24,7 @@ def test_smoke_run(tmp_path, capsys):
   h = result["hparams"]
   assert (h["num_steps"], h["batch_size"], h["num_generations"], h["max_new_tokens"]) == (
       2, 2, 2, 8)
-  assert (h["loss_type"], h["beta"], h["learning_rate"]) == ("dapo", 0.0, 1e-5)
+  assert (h["loss_type"], h["beta"], h["learning_rate"]) == ("dapo", 0.0, 2e-5)
   assert len(result["train_task_ids"]) == 4 and len(result["heldout_task_ids"]) == 4
   assert result["domains"] == ["arithmetic", "rg/basic_arithmetic", "rg/chain_sum", "rg/products"]
   # the reference answer earns the full reward, the other fixed texts none
