@@ -51,6 +51,23 @@ import pytest  # noqa: E402
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+@pytest.fixture(autouse=True)
+def _run_wide_mesh_restored():
+  """Each test starts with the mesh and activation rules the one before it found.
+
+  An in-process run (`training.run.setup_run`) sets its mesh and rules for the
+  whole process, as an entry point should; in a test worker that would leak
+  into whichever test the worker runs next (a jitted function of arrays on
+  another mesh then fails against the leftover context mesh)."""
+  from rl_post.parallel import sharding  # noqa: PLC0415 (after the XLA flags above)
+  mesh = jax.sharding.get_mesh()
+  rules = sharding.set_activation_rules(())  # read the table: set, then put it back
+  sharding.set_activation_rules(rules)
+  yield
+  jax.set_mesh(mesh if isinstance(mesh, jax.sharding.Mesh) and not mesh.empty else None)
+  sharding.set_activation_rules(rules)
+
+
 def pytest_sessionfinish(session):
   """The process that made the run's compilation cache removes it (workers inherit
   the directory, so `_OWN_CACHE` is None there)."""
