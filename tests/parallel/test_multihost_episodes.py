@@ -19,6 +19,7 @@ import numpy as np
 from child_process import xla_flags
 from host_faults import free_port
 from run_metrics import MEASURED
+from run_outputs import final_params, metrics_by_step, wait_all
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -44,45 +45,21 @@ def _train(workdir, processes, port=0, process_id=0):
                           stderr=subprocess.STDOUT, text=True)
 
 
-def _wait(procs, what):
-  logs = [p.communicate(timeout=600)[0] for p in procs]
-  assert [p.returncode for p in procs] == [0] * len(procs), what + "\n".join(
-      log[-3000:] for log in logs)
-  return logs
-
-
-def _metrics(workdir) -> dict:
-  from rl_post.metrics.writers import read_metrics
-  return {r["step"]: {k: v for k, v in r.items() if not k.startswith(VOLATILE)}
-          for r in read_metrics(str(workdir))}
-
-
-def _final_params(workdir) -> dict:
-  import jax
-  import orbax.checkpoint as ocp
-  path = os.path.join(workdir, "checkpoints", str(STEPS), "state")
-  with ocp.PyTreeCheckpointer() as ckptr:
-    tree = ckptr.metadata(path).item_metadata.tree
-    args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-    state = ckptr.restore(path, args=ocp.args.PyTreeRestore(restore_args=args))
-  return {jax.tree_util.keystr(p): x for p, x in
-          jax.tree_util.tree_flatten_with_path(state["params"])[0]}
-
-
 def test_two_process_episodes_match_one_process(tmp_path):
   port = free_port()
   one = _train(tmp_path / "one", 1)
   two = [_train(tmp_path / "two", 2, port, i) for i in (0, 1)]
   try:
-    _wait(two, "2-process episodes run failed:\n")
-    _wait([one], "1-process episodes run failed:\n")
+    wait_all(two, "2-process episodes run failed:\n")
+    wait_all([one], "1-process episodes run failed:\n")
   finally:  # a failed run leaves no process behind
     for p in [one] + two:
       if p.poll() is None:
         p.kill()
         p.wait()
 
-  got, want = _metrics(tmp_path / "two"), _metrics(tmp_path / "one")
+  got = metrics_by_step(tmp_path / "two", VOLATILE)
+  want = metrics_by_step(tmp_path / "one", VOLATILE)
   assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
   assert max(want[step]["grad_norm"] for step in want) > 0  # some step had rewards to learn
   for step in want:
@@ -92,7 +69,7 @@ def test_two_process_episodes_match_one_process(tmp_path):
     for k, v in want[step].items():
       np.testing.assert_allclose(got[step][k], v, atol=TOL, rtol=TOL, err_msg=f"{step} {k}")
   assert want[STEPS]["eval/episodes"] == 2  # the held-out set, split over the processes
-  got, want = _final_params(tmp_path / "two"), _final_params(tmp_path / "one")
+  got, want = final_params(tmp_path / "two", STEPS), final_params(tmp_path / "one", STEPS)
   assert sorted(got) == sorted(want)
   for k in want:
     np.testing.assert_allclose(got[k], want[k], atol=TOL, rtol=TOL, err_msg=k)

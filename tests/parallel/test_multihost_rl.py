@@ -17,6 +17,7 @@ import numpy as np
 from child_process import xla_flags
 from host_faults import free_port, kill_one_host_after
 from run_metrics import MEASURED
+from run_outputs import final_params, metrics_by_step, wait_all
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -46,43 +47,18 @@ def _pair(workdir, tok):
   return [_train(workdir, tok, 2, port, i) for i in (0, 1)]
 
 
-def _metrics(workdir) -> dict:
-  from rl_post.metrics.writers import read_metrics
-  return {r["step"]: {k: v for k, v in r.items() if not k.startswith(VOLATILE)}
-          for r in read_metrics(str(workdir))}
-
-
-def _final_params(workdir) -> dict:
-  """The last checkpoint's params as numpy (restored without the run's devices)."""
-  import jax
-  import orbax.checkpoint as ocp
-  path = os.path.join(workdir, "checkpoints", str(STEPS), "state")
-  with ocp.PyTreeCheckpointer() as ckptr:
-    tree = ckptr.metadata(path).item_metadata.tree
-    args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-    state = ckptr.restore(path, args=ocp.args.PyTreeRestore(restore_args=args))
-  return {jax.tree_util.keystr(p): x for p, x in
-          jax.tree_util.tree_flatten_with_path(state["params"])[0]}
-
-
-def _wait(procs, what):
-  logs = [p.communicate(timeout=600)[0] for p in procs]
-  assert [p.returncode for p in procs] == [0] * len(procs), what + "\n".join(
-      log[-3000:] for log in logs)
-  return logs
-
-
 def test_two_process_rl_resumes_after_kill_9_and_matches_one_process(tokenizer_path, tmp_path):
   one = _train(tmp_path / "one", tokenizer_path, 1)
   two = _pair(tmp_path / "two", tokenizer_path)
   first_checkpoint = tmp_path / "two" / "checkpoints" / "2" / "commit_success.txt"
   kill_one_host_after(first_checkpoint, two)
   assert not (tmp_path / "two" / "checkpoints" / str(STEPS)).exists()  # stopped before the end
-  logs = _wait(_pair(tmp_path / "two", tokenizer_path), "resumed 2-process run failed:\n")
+  logs = wait_all(_pair(tmp_path / "two", tokenizer_path), "resumed 2-process run failed:\n")
   assert "resumed from iteration" in logs[0]
-  _wait([one], "1-process run failed:\n")
+  wait_all([one], "1-process run failed:\n")
 
-  got, want = _metrics(tmp_path / "two"), _metrics(tmp_path / "one")
+  got = metrics_by_step(tmp_path / "two", VOLATILE)
+  want = metrics_by_step(tmp_path / "one", VOLATILE)
   assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
   assert want[1]["grad_norm"] > 1e-3 and 0 < want[1]["reward/mean"] < 1  # real updates
   assert "eval/pass_rate" in want[STEPS]  # held-out evaluation ran multi-process too
@@ -90,7 +66,7 @@ def test_two_process_rl_resumes_after_kill_9_and_matches_one_process(tokenizer_p
     assert sorted(got[step]) == sorted(want[step])
     for k, v in want[step].items():
       np.testing.assert_allclose(got[step][k], v, atol=TOL, rtol=TOL, err_msg=f"{step} {k}")
-  got, want = _final_params(tmp_path / "two"), _final_params(tmp_path / "one")
+  got, want = final_params(tmp_path / "two", STEPS), final_params(tmp_path / "one", STEPS)
   assert sorted(got) == sorted(want)
   for k in want:
     np.testing.assert_allclose(got[k], want[k], atol=TOL, rtol=TOL, err_msg=k)
