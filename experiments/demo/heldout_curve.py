@@ -4,7 +4,8 @@ With `rl.eval_every` set, the RL trainer logs a held-out evaluation every that m
 steps (`eval/<domain>/pass_rate`, `eval/<domain>/difficulty_<k>/pass_rate`, greedy).
 For a demo workdir (`experiments/demo.py`, or one seed of `demo_seeds.py`) the report's
 `summary.json` adds the SFT start (step 0) and the SFT control arm on the same held-out
-problems. One row per point, each figure the mean ± std over the runs given: the rate
+problems, and its after-RL evaluation is the last step's point (the demo's trainer skips
+its own, `rl.eval_at_end`). One row per point, each figure the mean ± std over the runs given: the rate
 averaged over domains ("macro", each domain weighs the same, as in the demo's tables)
 and each (domain, level) cell.
 """
@@ -23,6 +24,7 @@ from rl_post.errors import ConfigError, MissingInputError, reading
 _DOMAIN_RE = re.compile(r"^eval/(?P<domain>[^/]+)/pass_rate$")
 _LEVEL_RE = re.compile(r"^eval/(?P<domain>[^/]+)/difficulty_(?P<level>-?\d+)/pass_rate$")
 START, CONTROL = "SFT start", "SFT control"
+AFTER = "after RL"  # the demo's evaluation of the exported RL params: the last step's point
 
 
 def rl_points(records: Sequence[Mapping]) -> dict[int, dict]:
@@ -43,12 +45,12 @@ def rl_points(records: Sequence[Mapping]) -> dict[int, dict]:
 
 
 def demo_points(summary: Mapping) -> dict[str, dict]:
-  """{START: point, CONTROL: point} from a demo report's summary.json dict."""
+  """{START: point, CONTROL: point, AFTER: point} from a demo report's summary.json dict."""
   demo = summary.get("demo")
   if not demo:
     raise ValueError("summary.json has no demo tables (not a demo.py report)")
   points = {}
-  for arm, label in (("before", START), ("control", CONTROL)):
+  for arm, label in (("before", START), ("control", CONTROL), ("after", AFTER)):
     points[label] = {"domains": dict(demo["macro"][arm]["by_domain"]),
                      "cells": {f"{c['domain']}/{c['level']}": c[arm] for c in demo["cells"]},
                      "unseen": [f"{c['domain']}/{c['level']}" for c in demo["cells"]
@@ -66,15 +68,21 @@ def read_workdir(workdir: str) -> dict:
   """
   rl_dir = os.path.join(workdir, "rl")
   is_demo = os.path.isfile(os.path.join(rl_dir, "metrics.jsonl"))
-  points: dict = {"rl": rl_points(read_run(rl_dir if is_demo else workdir, "--workdirs"))}
-  if not points["rl"]:
-    raise MissingInputError("--workdirs", workdir, "its metrics hold no held-out evaluation "
-                            "(eval/pass_rate): rerun with --config.rl.eval_every=N")
+  records = read_run(rl_dir if is_demo else workdir, "--workdirs")
+  points: dict = {"rl": rl_points(records)}
   summary_path = os.path.join(workdir, "report", "summary.json")
   if is_demo and os.path.isfile(summary_path):
     with reading("--workdirs", summary_path):
       with open(summary_path, encoding="utf-8") as f:
         points.update(demo_points(json.load(f)))
+    # The demo evaluates the exported params after the last step (its trainer does not).
+    last = max((int(r["step"]) for r in records if r.get("step") is not None), default=None)
+    after = points.pop(AFTER)
+    if last is not None:
+      points["rl"].setdefault(last, {"domains": after["domains"], "cells": after["cells"]})
+  if not points["rl"]:
+    raise MissingInputError("--workdirs", workdir, "its metrics hold no held-out evaluation "
+                            "(eval/pass_rate): rerun with --config.rl.eval_every=N")
   return points
 
 

@@ -11,6 +11,7 @@ import os
 import time
 
 import jax
+import ml_collections
 import numpy as np
 from absl import logging
 
@@ -93,7 +94,11 @@ def write_demo_tables(paths: dict, tables: dict, wall_s: dict, names=None) -> No
 
 def rl_arm(rl_config, config, tokenizer, mixture, rl: RLConfig, rl_dir: str) -> tuple[dict, float]:
   """Trains RL with `rl_config` in rl_dir, exports its params to rl_dir/export and
-  evaluates them; (the held-out evals, the training's wall-clock seconds)."""
+  evaluates them; (the held-out evals, the training's wall-clock seconds). The
+  trainer skips its own evaluation after the last step: this one (greedy and
+  sampled) covers it, and `heldout_curve` reads its greedy result as that step's."""
+  rl_config = ml_collections.ConfigDict(rl_config.to_dict())
+  rl_config.rl.eval_at_end = False
   result, rl_s = timed(rl_dir, rl_trainer.train, rl_config, rl_dir)
   export = os.path.join(rl_dir, "export")
   save_params(export, result["context"].model_config, result["state"].params,

@@ -56,6 +56,8 @@ class RLConfig:
       the cost of compile time that grows with the number of layers).
     ref_dtype: storage dtype of the frozen reference params.
     eval_every: held-out evaluation period in steps (0: only at the end).
+    eval_at_end: evaluate the held-out set after the last step (off where the
+      caller evaluates the exported params itself, as the demo pipelines do).
     checkpoint_every: checkpoint period in steps.
     init_from: directory of exported SFT params ("" = fresh init).
     async_rewards: score batch t on the reward pool while batch t+1 is
@@ -164,6 +166,7 @@ class RLConfig:
   unroll_layers: int = 1
   ref_dtype: str = "float32"
   eval_every: int = 0
+  eval_at_end: bool = True
   checkpoint_every: int = 20
   init_from: str = ""
   async_rewards: bool = False

@@ -294,7 +294,7 @@ def _step_metrics(run: Run, loop: LoopState, step: Step, device_metrics: dict) -
       elapsed, rl.peak_flops))
   metrics.update(run.progress.update(step.done, now=step.end))
   done = step.done
-  if rl.eval_every and done % rl.eval_every == 0 or done == rl.num_steps:
+  if evaluates_after(done, rl):
     eval_start, (_, eval_built) = time.perf_counter(), run.compile_clock.peek()
     evaluated = c.source.evaluate(c.policy_params(loop.state), step=done,
                                   key=jax.random.fold_in(c.ctx.key("eval"), done))
@@ -304,6 +304,14 @@ def _step_metrics(run: Run, loop: LoopState, step: Step, device_metrics: dict) -
       metrics["time/eval_compile_s"] = run.compile_clock.peek()[1] - eval_built
   metrics.update(run.guard.metrics(), **run.fault_log.metrics())
   return metrics
+
+
+def evaluates_after(done: int, rl: RLConfig) -> bool:
+  """Whether the held-out set is evaluated after step `done`: every `rl.eval_every`
+  steps, and after the last one unless `rl.eval_at_end` is off."""
+  if done == rl.num_steps:
+    return rl.eval_at_end
+  return bool(rl.eval_every) and done % rl.eval_every == 0
 
 
 def _finish(run: Run, loop: LoopState) -> Outcome:

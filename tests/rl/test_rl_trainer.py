@@ -11,6 +11,7 @@ from mixture_fixtures import DIGIT_LEVELS
 from rl_fixtures import DIGIT_DOMAIN
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
+from rl_post.rl.config import RLConfig
 
 
 def _config(tokenizer_path, algo=None, **rl):
@@ -69,3 +70,16 @@ def test_resume_continues_at_right_step_with_same_rng(tokenizer_path, tmp_path):
   assert int(resumed["state"].step) == 4
   assert np.array_equal(jax.random.key_data(straight["state"].rng),
                         jax.random.key_data(resumed["state"].rng))
+
+
+def test_held_out_evaluation_steps_follow_eval_every_and_eval_at_end():
+  def steps(**kw):
+    rl = RLConfig(num_steps=12, **kw)
+    return [d for d in range(1, 13) if trainer.evaluates_after(d, rl)]
+  assert steps(eval_every=0) == [12]
+  assert steps(eval_every=5) == [5, 10, 12]
+  assert steps(eval_every=6) == [6, 12]
+  # The demo pipelines evaluate the export themselves: no second evaluation at the end,
+  # even where eval_every divides num_steps.
+  assert steps(eval_every=6, eval_at_end=False) == [6]
+  assert steps(eval_every=0, eval_at_end=False) == []

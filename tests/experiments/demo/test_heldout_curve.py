@@ -25,16 +25,17 @@ def _eval_record(step, a2, a102, b1):
           "domain/a/difficulty/2/pass_rate": 0.9}  # a rollout rate, not a held-out one
 
 
-def _summary(start, control):
+def _summary(start, control, after=(0.0, 0.0, 0.0)):
   """A demo report's summary.json: (a level 2, a level 102, b level 1) per arm."""
   cells = [{"domain": "a", "level": 2, "demonstrations": True},
            {"domain": "a", "level": 102, "demonstrations": False},
            {"domain": "b", "level": 1, "demonstrations": True}]
-  for cell, s, c in zip(cells, start, control):
-    cell.update(before=s, control=c, after=None)
+  for cell, s, c, a in zip(cells, start, control, after):
+    cell.update(before=s, control=c, after=a)
   by_domain = lambda r: {"a": (3 * r[0] + r[1]) / 4, "b": r[2]}  # noqa: E731
   return {"demo": {"macro": {"before": {"by_domain": by_domain(start)},
-                             "control": {"by_domain": by_domain(control)}},
+                             "control": {"by_domain": by_domain(control)},
+                             "after": {"by_domain": by_domain(after)}},
                    "cells": cells}}
 
 
@@ -75,6 +76,27 @@ def test_curve_over_runs_has_start_steps_and_control(tmp_path):
   assert "| point | runs | macro | a/2 | a/102 (RL only) | b/1 |" in table
   assert "| RL step 80 | 2 | 68.8 ± 8.8 | 100.0 ± 0.0 | 50.0 ± 70.7 | 50.0 ± 0.0 |" in table
   assert "| SFT control | 2 | 93.8 ± 8.8 |" in table  # a = 0.75 / 1.0, b = 1.0
+
+
+def test_the_demo_evaluation_after_rl_is_the_last_steps_point(tmp_path):
+  # The demo's trainer skips its own evaluation after the last step (rl.eval_at_end off):
+  # the report's "after" arm, the same held-out problems greedily, is that step's point.
+  records = [_eval_record(40, 0.5, 0.0, 0.0), {"step": 80, "loss": 0.1}]
+  run = heldout_curve.read_workdir(_demo_workdir(
+      tmp_path, "s0", records, _summary((0.5, 0.0, 0.0), (1.0, 0.0, 1.0), after=(1.0, 1.0, 0.5))))
+  assert sorted(run["rl"]) == [40, 80]
+  assert run["rl"][80] == {"domains": {"a": 1.0, "b": 0.5},
+                           "cells": {"a/2": 1.0, "a/102": 1.0, "b/1": 0.5}}
+  # Where the trainer did evaluate the last step, its own record stands.
+  both = heldout_curve.read_workdir(_demo_workdir(
+      tmp_path, "s1", [_eval_record(80, 0.5, 0.0, 0.0)],
+      _summary((0.5, 0.0, 0.0), (1.0, 0.0, 1.0), after=(1.0, 1.0, 1.0))))
+  assert both["rl"][80]["cells"]["a/102"] == 0.0
+  # No periodic evaluation at all: the demo's after-RL point alone makes the curve.
+  only_end = heldout_curve.read_workdir(_demo_workdir(
+      tmp_path, "s2", [], _summary((0.5, 0.0, 0.0), (1.0, 0.0, 1.0), after=(1.0, 1.0, 0.5))))
+  rows = heldout_curve.curve([only_end])
+  assert [r["point"] for r in rows] == ["SFT start", "RL step 1", "SFT control"]
 
 
 def test_runs_must_share_steps_and_have_evaluations(tmp_path):

@@ -54,6 +54,10 @@ def test_pretrained_pipeline_runs_every_stage_and_writes_the_report(hf_dir, tmp_
   else:
     assert os.path.exists(tmp_path / "control" / "sft" / "export")
   assert os.path.exists(tmp_path / "rl" / "export")
+  # The pipeline evaluates the export after RL; the trainer does not evaluate it twice.
+  rl_rows = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")]
+  assert [r["step"] for r in rl_rows] == [1, 2]
+  assert not any("eval/pass_rate" in r for r in rl_rows)
 
 
 def test_the_control_fine_tunes_on_verified_samples(hf_dir, tmp_path):
