@@ -81,7 +81,7 @@ def rounds_for(section: Optional[EpisodesConfig], *, tasks_heldout_size: int, se
   Raises:
     ConfigError: a single-turn held-out set (`tasks.heldout_size` > 0) beside
       episodes: an episodes run evaluates `episodes.heldout_size` episode tasks;
-      `rl.async_rewards` (`ASYNC_REWARDS_REFUSED`).
+      `rl.async_rewards` (`ASYNC_REWARDS_REFUSED`); `rl.overlap_update`.
   """
   if section is None:
     return None
@@ -92,9 +92,9 @@ def rounds_for(section: Optional[EpisodesConfig], *, tasks_heldout_size: int, se
   if rl.async_rewards:
     raise ConfigError("rl.async_rewards", True, ASYNC_REWARDS_REFUSED)
   if rl.overlap_update:
-    raise ValueError("episodes.enabled needs rl.overlap_update=False: overlapped rollouts run "
-                     "single-turn rounds (an episode round drives its tool sandbox and "
-                     "verifier inside the launch)")
+    raise ConfigError("rl.overlap_update", True, "episodes need rl.overlap_update=False: "
+                      "overlapped rollouts run single-turn rounds (an episode round drives its "
+                      "tool sandbox and verifier inside the launch)")
   if section.turn_tokens > rl.max_new_tokens:
     raise ConfigError("episodes.turn_tokens", section.turn_tokens, f"must be <= "
                       f"rl.max_new_tokens ({rl.max_new_tokens}), the whole episode's budget")

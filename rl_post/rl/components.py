@@ -51,11 +51,13 @@ def rl_sections(config) -> dict:
       faults=from_section(FaultsConfig, config.get("faults"), "faults"),
       **rollout_source.sections(config))
   if sections["rl"].async_rewards and sections["filtering"].enabled:
-    raise ValueError("rl.async_rewards needs filtering.enabled=False: dynamic sampling must "
-                     "see a round's rewards before drawing the next one")
+    raise ConfigError("rl.async_rewards", True, "rl.async_rewards needs "
+                      "filtering.enabled=False: dynamic sampling must see a round's rewards "
+                      "before drawing the next one")
   if sections["rl"].overlap_update and sections["filtering"].enabled:
-    raise ValueError("rl.overlap_update needs filtering.enabled=False: its rollouts are "
-                     "launched ahead as one round per iteration (rl/overlap_update.py)")
+    raise ConfigError("rl.overlap_update", True, "rl.overlap_update needs "
+                      "filtering.enabled=False: its rollouts are launched ahead as one round "
+                      "per iteration (rl/overlap_update.py)")
   return sections
 
 

@@ -115,7 +115,7 @@ def test_episodes_section_errors_and_defaults(tmp_path):
     trainer.train(c, str(tmp_path))
   c = grpo_episodes.get_config("tiny")
   c.rl.overlap_update = True
-  with pytest.raises(ValueError, match="episodes.enabled needs rl.overlap_update=False"):
+  with pytest.raises(ConfigError, match="episodes need rl.overlap_update=False"):
     trainer.train(c, str(tmp_path))
   c = grpo_episodes.get_config("tiny")
   c.rl.max_new_tokens = 16

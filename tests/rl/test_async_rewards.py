@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from rl_post.errors import ConfigError
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import trainer
 from rl_post.rl.async_rewards import RolloutPipeline, launch_horizon
@@ -95,7 +96,7 @@ def test_staleness_one_records_lag_and_resumes_exactly(tokenizer_path, tmp_path)
 def test_async_with_dynamic_filtering_is_refused(tokenizer_path, tmp_path):
   config = digit_config(tokenizer_path, async_rewards=True)
   config.filtering.enabled = True
-  with pytest.raises(ValueError, match="async_rewards needs filtering.enabled=False"):
+  with pytest.raises(ConfigError, match="async_rewards needs filtering.enabled=False"):
     trainer.train(config, str(tmp_path))
 
 

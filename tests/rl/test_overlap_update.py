@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from configs import grpo_arithmetic
+from rl_post.errors import ConfigError
 from rl_post.metrics.writers import read_metrics
 from rl_post.rl import components, overlap_update, single_turn_source, trainer
 from rl_post.rl import config as rl_config
@@ -87,7 +88,7 @@ def test_overlap_config_errors():
   c = grpo_arithmetic.get_config("tiny")
   c.rl.overlap_update = True
   c.filtering.enabled = True
-  with pytest.raises(ValueError, match="overlap_update needs filtering.enabled=False"):
+  with pytest.raises(ConfigError, match="overlap_update needs filtering.enabled=False"):
     components.rl_sections(c)
 
 
