@@ -5,6 +5,7 @@ the update's seconds, both measured in the same run, on the same cores.
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --rank=8 --targets=q_proj,v_proj
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --settings=full,lora_int8,lora_nf4
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --grad_accum=4   # the recipe's micro-batches
+  PYTHONPATH=. python experiments/benchmarks/lora_step.py --grad_accum=4 --rollout_precision=bfloat16
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --smoke --out=/tmp/l.json
 
 Each setting runs `experiments/train_rl.py --config=configs/smollm2_135m_grpo.py`
@@ -17,7 +18,9 @@ param (AdamW moments for all of them); "lora" sets `rl.lora.rank`, so only the
 adapters train and the frozen base is also the KL reference; "lora_int8" also
 keeps that base int8 (`rl.lora.base_quant`, QLoRA int8), "lora_nf4" 4-bit NF4
 in blocks of `--block_size` (`rl.lora.base_quant_block_size`). `--smoke` runs
-the config's `tiny` variant for 2 steps. Prints a table and writes
+the config's `tiny` variant for 2 steps. `--rollout_precision` sets
+`rl.rollout_precision` in every setting (the sampler's weights; the masters
+stay f32). Prints a table and writes
 experiments/benchmarks/results/lora_step.json with the CPU. Timings move with
 the CPU and with anything else running on it.
 """
@@ -97,6 +100,9 @@ def main(argv=None):
   parser.add_argument("--steps", type=int, default=3, help="RL steps per setting (>= 2)")
   parser.add_argument("--grad_accum", type=int, default=1,
                       help="rl.grad_accum: micro-batches of the update (divides 64 rows)")
+  parser.add_argument("--rollout_precision", default="float32",
+                      choices=("float32", "bfloat16", "int8"),
+                      help="rl.rollout_precision of every setting (the sampler's weights)")
   parser.add_argument("--smoke", action="store_true", help="the config's tiny variant, 2 steps")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "results", "lora_step.json"))
@@ -117,14 +123,16 @@ def main(argv=None):
   settings = []
   for name in names:
     with tempfile.TemporaryDirectory() as workdir:
-      settings.append(run_setting(name, lora_flags(name, args.rank, args.alpha, targets,
-                                                   args.block_size),
+      flags = lora_flags(name, args.rank, args.alpha, targets, args.block_size)
+      if args.rollout_precision != "float32":
+        flags.append(f"--config.rl.rollout_precision={args.rollout_precision}")
+      settings.append(run_setting(name, flags,
                                   args.new_tokens, steps, args.smoke, workdir,
                                   args.grad_accum))
   cpu = host_cpu.describe()
   result = dict(config=smollm2_step.CONFIG + (":tiny" if args.smoke else ""), smoke=args.smoke,
                 rank=args.rank, alpha=args.alpha, targets=targets, block_size=args.block_size,
-                grad_accum=args.grad_accum,
+                grad_accum=args.grad_accum, rollout_precision=args.rollout_precision,
                 cpu=cpu, settings=settings)
   return child_runs.write_result(args.out, result, table(settings))
 

@@ -38,7 +38,8 @@ STEP_KEYS = {"rollout_s": "time/rollout_s", "rollout_tok_s": "throughput/rollout
              "rollout_compile_s": "time/rollout_compile_s", "update_s": "time/train_s",
              "update_compile_s": "time/train_compile_s", "compile_s": "time/compile_s",
              "programs": "compile/programs", "step_s": "time/step_s",
-             "response_len": "response_len/mean"}
+             "response_len": "response_len/mean",
+             "rollout_peak_rss_gib": "host/rollout_peak_rss_gib"}
 
 
 def run_setting(new_tokens: int, grad_accum: int, steps: int, smoke: bool, workdir: str) -> dict:
