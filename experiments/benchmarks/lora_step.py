@@ -5,7 +5,8 @@ the update's seconds, both measured in the same run, on the same cores.
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --rank=8 --targets=q_proj,v_proj
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --settings=full,lora_int8,lora_nf4
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --grad_accum=4   # the recipe's micro-batches
-  PYTHONPATH=. python experiments/benchmarks/lora_step.py --grad_accum=4 --rollout_precision=bfloat16
+  PYTHONPATH=. python experiments/benchmarks/lora_step.py --grad_accum=4 \
+      --rollout_precision=bfloat16   # bf16 sampler weights in every setting
   PYTHONPATH=. python experiments/benchmarks/lora_step.py --smoke --out=/tmp/l.json
 
 Each setting runs `experiments/train_rl.py --config=configs/smollm2_135m_grpo.py`

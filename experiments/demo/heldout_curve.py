@@ -5,9 +5,9 @@ steps (`eval/<domain>/pass_rate`, `eval/<domain>/difficulty_<k>/pass_rate`, gree
 For a demo workdir (`experiments/demo.py`, or one seed of `demo_seeds.py`) the report's
 `summary.json` adds the SFT start (step 0) and the SFT control arm on the same held-out
 problems, and its after-RL evaluation is the last step's point (the demo's trainer skips
-its own, `rl.eval_at_end`). One row per point, each figure the mean ± std over the runs given: the rate
-averaged over domains ("macro", each domain weighs the same, as in the demo's tables)
-and each (domain, level) cell.
+its own, `rl.eval_at_end`). One row per point, each figure the mean ± std over the runs
+given: the rate averaged over domains ("macro", each domain weighs the same, as in the
+demo's tables) and each (domain, level) cell.
 """
 
 from __future__ import annotations
